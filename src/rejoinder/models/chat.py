@@ -1,0 +1,103 @@
+"""Chat context: the provider-neutral conversation record."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+Role: TypeAlias = Literal["system", "developer", "user", "assistant"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    role: Role
+    content: str
+    id: str = field(default_factory=lambda: new_id("msg"))
+    interrupted: bool = False
+    created_at: float = field(default_factory=time.time)
+    type: Literal["message"] = "message"
+
+    @property
+    def text_content(self) -> str:
+        return self.content
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    """A tool call the model made. ``arguments`` is the raw JSON text the model produced."""
+
+    call_id: str
+    name: str
+    arguments: str
+    id: str = field(default_factory=lambda: new_id("fc"))
+    created_at: float = field(default_factory=time.time)
+    type: Literal["function_call"] = "function_call"
+
+
+@dataclass(slots=True)
+class FunctionCallOutput:
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    id: str = field(default_factory=lambda: new_id("fco"))
+    created_at: float = field(default_factory=time.time)
+    type: Literal["function_call_output"] = "function_call_output"
+
+
+@dataclass(slots=True)
+class AgentHandoff:
+    old_agent_id: str | None
+    new_agent_id: str
+    id: str = field(default_factory=lambda: new_id("handoff"))
+    created_at: float = field(default_factory=time.time)
+    type: Literal["agent_handoff"] = "agent_handoff"
+
+
+ChatItem: TypeAlias = ChatMessage | FunctionCall | FunctionCallOutput | AgentHandoff
+
+
+class ChatContext:
+    """An ordered list of chat items with helpers. Cheap to copy (items are shared)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[ChatItem] = ()) -> None:
+        self.items: list[ChatItem] = list(items)
+
+    @classmethod
+    def empty(cls) -> ChatContext:
+        return cls()
+
+    def add_message(self, *, role: Role, content: str, interrupted: bool = False) -> ChatMessage:
+        message = ChatMessage(role=role, content=content, interrupted=interrupted)
+        self.items.append(message)
+        return message
+
+    def append(self, item: ChatItem) -> None:
+        self.items.append(item)
+
+    def copy(self) -> ChatContext:
+        return ChatContext(self.items)
+
+    def messages(self) -> list[ChatMessage]:
+        return [item for item in self.items if isinstance(item, ChatMessage)]
+
+    def get_by_id(self, item_id: str) -> ChatItem | None:
+        return next((item for item in self.items if item.id == item_id), None)
+
+    def __iter__(self) -> Iterator[ChatItem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        return f"ChatContext({len(self.items)} items)"
