@@ -95,6 +95,10 @@ class Floor:
     def is_live(self, owner: str) -> bool:
         return owner == SESSION_OWNER or (owner == self._current and owner not in self._paused)
 
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
     def open_obligations(self, owner: str | None = None) -> list[Obligation]:
         return [ob for ob in self._open.values() if owner is None or ob.owner == owner]
 
@@ -163,7 +167,9 @@ class Floor:
         self._open_one(ob, now)
         return self._derive(now)
 
-    def close(self, obs: Obligation | Iterable[Obligation], now: float, outcome: str = "done") -> list[Effect]:
+    def close(
+        self, obs: Obligation | Iterable[Obligation], now: float, outcome: str = "done"
+    ) -> list[Effect]:
         """Close one or several obligations in one step. Closing a closed one does nothing."""
         for ob in _as_list(obs):
             if ob.phase is Phase.NEW:

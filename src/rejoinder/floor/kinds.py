@@ -13,10 +13,10 @@ speaks a realtime or duplex protocol.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class ObligationKind(str, Enum):
+class ObligationKind(StrEnum):
     REPLY = "reply"
     TOOL = "tool"
     DEFERRED_REPLY = "deferred_reply"

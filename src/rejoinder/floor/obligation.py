@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from .kinds import ObligationKind
 
@@ -11,7 +11,7 @@ SESSION_OWNER = "session"
 """The owner that is always live: work that belongs to the session, not to one agent."""
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     NEW = "new"  # created, not yet opened
     OPEN = "open"
     CLOSED = "closed"

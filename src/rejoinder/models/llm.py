@@ -71,5 +71,5 @@ class LLM(ABC):
     ) -> AsyncIterator[ChatChunk]:
         """Stream the reply. Raise ``LLMError`` (while iterating) on provider failure."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - most models hold nothing to release
         """Release connections. Idempotent."""

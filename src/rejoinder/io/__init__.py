@@ -1,0 +1,5 @@
+"""Transports and sinks."""
+
+from .text import ConsoleTextOutput, MemoryTextOutput, TextOutput
+
+__all__ = ["ConsoleTextOutput", "MemoryTextOutput", "TextOutput"]

@@ -1,0 +1,40 @@
+"""The asyncio runtime: sessions, agents, speeches, tools."""
+
+from .agent import Agent
+from .events import (
+    AgentStateChangedEvent,
+    CloseEvent,
+    ConversationItemAddedEvent,
+    ErrorEvent,
+    FunctionToolsExecutedEvent,
+    MetricsCollectedEvent,
+    SpeechCreatedEvent,
+    UserInputTranscribedEvent,
+    UserStateChangedEvent,
+)
+from .run_context import RunContext
+from .run_result import RunResult
+from .session import AgentSession
+from .speech import SpeechHandle
+from .tools import FunctionTool, function_tool
+from .turn_state import ObligationExpiredError
+
+__all__ = [
+    "Agent",
+    "AgentSession",
+    "AgentStateChangedEvent",
+    "CloseEvent",
+    "ConversationItemAddedEvent",
+    "ErrorEvent",
+    "FunctionTool",
+    "FunctionToolsExecutedEvent",
+    "MetricsCollectedEvent",
+    "ObligationExpiredError",
+    "RunContext",
+    "RunResult",
+    "SpeechCreatedEvent",
+    "SpeechHandle",
+    "UserInputTranscribedEvent",
+    "UserStateChangedEvent",
+    "function_tool",
+]

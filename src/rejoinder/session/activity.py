@@ -1,0 +1,390 @@
+"""AgentActivity: one running agent. Schedules its speeches one at a time, runs each reply
+(model stream → output, tool calls → follow-up), and delivers background tool results.
+
+Obligations are opened where the debt arises and handed over where one piece of work gives
+way to the next, so the floor always holds the truth; this module never decides a state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Awaitable, Coroutine
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from ..floor import Obligation, ObligationKind
+from ..models import (
+    ChatContext,
+    ChatItem,
+    ChatMessage,
+    FunctionCall,
+    FunctionCallOutput,
+    StopResponse,
+)
+from ..models.chat import new_id
+from .agent import Agent
+from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
+from .speech import ReplyRequest, SpeechHandle
+from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
+
+if TYPE_CHECKING:
+    from .session import AgentSession
+
+logger = logging.getLogger("rejoinder")
+
+_FOLLOW_UP = 0  # tool follow-ups continue the reply in progress: they go first
+_NORMAL = 1
+_ids = itertools.count(1)
+
+
+class AgentActivity:
+    def __init__(self, agent: Agent, session: AgentSession[Any]) -> None:
+        self.agent = agent
+        self.id = f"activity_{next(_ids)}_{agent.id}"
+        self._session = session
+        self._state = session._turn_state
+        self._queue: list[tuple[int, int, SpeechHandle]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._deferred: list[Obligation] = []
+        self._current: SpeechHandle | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._system_message: ChatMessage | None = None
+        self._tools = ToolRunner(
+            session=session,
+            state=self._state,
+            owner=self.id,
+            spawn=self._spawn,
+            on_final=self._background_tool_finished,
+        )
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def run(self, ready: asyncio.Future[None]) -> None:
+        """The activity's scope: every task it starts lives and dies inside it."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._state.set_current(self.id)
+                ready.set_result(None)
+                tg.create_task(self._call_hook(self.agent.on_enter(), "on_enter"))
+                await self._schedule_forever()
+        finally:
+            self._tg = None
+            self._drop_queue()
+            self._state.remove_owner(self.id)
+
+    @property
+    def current_speech(self) -> SpeechHandle | None:
+        return self._current
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        if self._tg is None:
+            coro.close()
+            raise RuntimeError(f"{self.agent.id} is not running")
+        return self._tg.create_task(coro)
+
+    async def _call_hook(self, hook: Awaitable[None], name: str) -> None:
+        try:
+            await hook
+        except Exception as exc:
+            logger.exception("%s.%s failed", self.agent.id, name)
+            self._session._emit_error(exc, source=name, recoverable=True)
+
+    # -------------------------------------------------------------- speeches
+
+    def create_speech(
+        self,
+        *,
+        source: str,
+        text: str | None = None,
+        request: ReplyRequest | None = None,
+        allow_interruptions: bool | None = None,
+        user_initiated: bool = False,
+        hand_over_from: list[Obligation] | None = None,
+        priority: int = _NORMAL,
+    ) -> SpeechHandle:
+        if allow_interruptions is None:
+            allow_interruptions = self.agent.allow_interruptions
+        if allow_interruptions is None:
+            allow_interruptions = self._session.options.allow_interruptions
+        handle = SpeechHandle(
+            allow_interruptions=allow_interruptions,
+            source=source,
+            user_initiated=user_initiated,
+            text=text,
+            request=request,
+        )
+        reply = self._state.new(ObligationKind.REPLY, self.id, label=f"{source} {handle.id}")
+        expire = lambda: handle._interrupt()  # noqa: E731 - the watchdog stops a stuck reply
+        if hand_over_from:
+            self._state.hand_over(hand_over_from, reply, on_expire=expire)
+        else:
+            self._state.open_new(reply, on_expire=expire)
+        handle._reply_ob = reply
+        handle._on_discard = lambda: self._state.close(reply, "discarded")
+        heapq.heappush(self._queue, (priority, next(self._seq), handle))
+        self._wake.set()
+        self._session._events.emit(
+            "speech_created", SpeechCreatedEvent(handle, source, user_initiated)
+        )
+        return handle
+
+    def interrupt(self) -> asyncio.Future[None]:
+        """Interrupt the current speech and drop queued ones (those that allow it)."""
+        for _, _, queued in list(self._queue):
+            if queued.allow_interruptions:
+                queued._interrupt()
+        current = self._current
+        if current is not None and current.allow_interruptions:
+            current._interrupt()
+        waiter = asyncio.get_running_loop().create_future()
+        if current is None or current._task is None or current._task.done():
+            waiter.set_result(None)
+        else:
+            current._task.add_done_callback(
+                lambda _: waiter.done() or waiter.set_result(None)  # type: ignore[func-returns-value]
+            )
+        return waiter
+
+    def _drop_queue(self) -> None:
+        while self._queue:
+            _, _, handle = heapq.heappop(self._queue)
+            handle._interrupt()
+
+    def _next_speech(self) -> SpeechHandle | None:
+        while self._queue:
+            _, _, handle = heapq.heappop(self._queue)
+            if not handle.done():
+                return handle
+        return None
+
+    async def _schedule_forever(self) -> None:
+        while True:
+            speech = self._next_speech()
+            if speech is None:
+                if self._deferred:
+                    self._create_deferred_reply()
+                    continue
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._current = speech
+            speech._task = self._spawn(self._run_speech(speech))
+            try:
+                await asyncio.wait((speech._task,))
+            finally:
+                self._current = None
+
+    # ----------------------------------------------------------- one speech
+
+    async def _run_speech(self, speech: SpeechHandle) -> None:
+        reply = speech._reply_ob
+        assert reply is not None
+        heard: list[str] = []
+        runs: list[ToolCallRun] = []
+        chained = False
+        try:
+            await self._produce(speech, reply, heard, runs)
+            self._end_playout(speech, reply, heard, interrupted=False)
+            if runs:
+                chained = await self._settle_tools(speech, runs)
+        except asyncio.CancelledError:
+            self._abandon(speech, reply, heard, runs, "interrupted")
+            raise
+        except Exception as exc:
+            logger.warning("reply %s failed: %s", speech.id, exc)
+            self._session._emit_error(exc, source="llm", recoverable=True)
+            self._abandon(speech, reply, heard, runs, "failed")
+        finally:
+            if not chained:
+                speech._mark_done()
+
+    async def _produce(
+        self,
+        speech: SpeechHandle,
+        reply: Obligation,
+        heard: list[str],
+        runs: list[ToolCallRun],
+    ) -> None:
+        request = speech._request
+        if request is None:
+            if speech._text:
+                await self._deliver(reply, speech._text, heard)
+            return
+        if request.user_message is not None:
+            try:
+                await self.agent.on_user_turn_completed(self.agent.chat_ctx, request.user_message)
+            except StopResponse:
+                return
+        llm = self.agent.llm or self._session.llm
+        if llm is None:
+            raise RuntimeError(f"{self.agent.id} has no LLM to generate a reply with")
+        # Background results already in the context are carried by this reply.
+        if self._deferred:
+            self._state.close(self._deferred, "carried")
+            self._deferred = []
+        with_tools = request.step < self._session.options.max_tool_steps
+        tools = {t.name: t for t in self.agent.tools} if with_tools else {}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first_token: float | None = None
+        stream = llm.chat(
+            self._chat_context(request.instructions),
+            [t.definition for t in tools.values()],
+            "auto" if tools else "none",
+        )
+        async with aclosing(stream):  # type: ignore[type-var]
+            async for chunk in stream:
+                if chunk.delta:
+                    if first_token is None:
+                        first_token = loop.time()
+                    await self._deliver(reply, chunk.delta, heard)
+                for request_call in chunk.tool_calls:
+                    call = FunctionCall(
+                        call_id=request_call.call_id or new_id("call"),
+                        name=request_call.name,
+                        arguments=request_call.arguments,
+                    )
+                    runs.append(self._tools.dispatch(speech, call, tools))
+        self._session._events.emit(
+            "metrics_collected",
+            MetricsCollectedEvent(
+                {
+                    "type": "llm",
+                    "speech_id": speech.id,
+                    "ttft": None if first_token is None else first_token - started,
+                    "duration": loop.time() - started,
+                }
+            ),
+        )
+
+    async def _deliver(self, reply: Obligation, text: str, heard: list[str]) -> None:
+        if not heard:
+            self._state.set_audible(reply, True)
+        heard.append(text)
+        output = self._session.output.transcription
+        if output is not None:
+            await output.capture_text(text)
+
+    def _end_playout(
+        self, speech: SpeechHandle, reply: Obligation, heard: list[str], *, interrupted: bool
+    ) -> None:
+        """Output of this speech is over: record what was heard, release its reply."""
+        output = self._session.output.transcription
+        if heard and output is not None:
+            output.flush()
+        if heard:
+            message = ChatMessage(role="assistant", content="".join(heard), interrupted=interrupted)
+            self._commit(message, speech)
+        self._state.close(reply, "interrupted" if interrupted else "played")
+        speech._mark_playout_done()
+
+    def _abandon(
+        self,
+        speech: SpeechHandle,
+        reply: Obligation,
+        heard: list[str],
+        runs: list[ToolCallRun],
+        outcome: str,
+    ) -> None:
+        """Stop everything this speech still owes, in one floor step."""
+        inline = [run for run in runs if not run.released]
+        for run in inline:
+            run.cancel()
+        if reply.is_open:
+            self._end_playout(speech, reply, heard, interrupted=True)
+        self._state.close([run.obligation for run in inline], outcome)
+
+    async def _settle_tools(self, speech: SpeechHandle, runs: list[ToolCallRun]) -> bool:
+        """Wait for each call's first outcome; chain a follow-up reply when one is owed.
+        Returns whether a follow-up was chained (the handle then resolves with it)."""
+        for run in runs:
+            self._commit(run.call, speech)
+        outcomes: list[ToolOutcome] = [await run.first for run in runs]
+        for outcome in outcomes:
+            self._commit(outcome.output, speech)
+        self._session._events.emit(
+            "function_tools_executed",
+            FunctionToolsExecutedEvent(
+                [run.call for run in runs], [outcome.output for outcome in outcomes]
+            ),
+        )
+        finished = [run.obligation for run in runs if not run.released]
+        handoff = next((o.handoff for o in outcomes if o.handoff is not None), None)
+        request = speech._request
+        if handoff is not None:
+            self._state.close(finished)
+            self._session.update_agent(handoff)
+            return False
+        # At max_tool_steps the model was offered no tools; a call it makes anyway is
+        # answered with an error and the turn ends, so the rounds are exactly bounded.
+        if (
+            request is None
+            or request.step >= self._session.options.max_tool_steps
+            or not any(o.reply_required for o in outcomes)
+        ):
+            self._state.close(finished)
+            return False
+        follow_up = self.create_speech(
+            source="tool_reply",
+            request=ReplyRequest(step=request.step + 1),
+            allow_interruptions=speech.allow_interruptions,
+            hand_over_from=finished,
+            priority=_FOLLOW_UP,
+        )
+        speech._chain(follow_up)
+        return True
+
+    # ------------------------------------------------------ deferred replies
+
+    def _background_tool_finished(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
+        """A released tool returned: its result goes into the context and, when a reply
+        is owed, the tool obligation hands over to a ``deferred_reply`` one."""
+        final_call = FunctionCall(
+            call_id=f"{run.call.call_id}_final", name=run.call.name, arguments=run.call.arguments
+        )
+        final_output = FunctionCallOutput(
+            call_id=final_call.call_id,
+            name=run.call.name,
+            output=outcome.output.output,
+            is_error=outcome.output.is_error,
+        )
+        self._commit(final_call, None)
+        self._commit(final_output, None)
+        if not outcome.reply_required:
+            self._state.close(run.obligation)
+            return
+        deferred = self._state.new(ObligationKind.DEFERRED_REPLY, self.id, label=run.call.name)
+        self._state.hand_over(run.obligation, deferred)
+        self._deferred.append(deferred)
+        self._wake.set()
+
+    def _create_deferred_reply(self) -> None:
+        """One reply for every result that landed since the last one (coalescing)."""
+        pending, self._deferred = self._deferred, []
+        self.create_speech(source="deferred_reply", request=ReplyRequest(), hand_over_from=pending)
+
+    # ------------------------------------------------------------ the record
+
+    def _chat_context(self, instructions: str | None) -> ChatContext:
+        if self._system_message is None or self._system_message.content != self.agent.instructions:
+            self._system_message = ChatMessage(role="system", content=self.agent.instructions)
+        items: list[ChatItem] = [self._system_message, *self.agent.chat_ctx.items]
+        if instructions:
+            items.append(ChatMessage(role="system", content=instructions))
+        return ChatContext(items)
+
+    def _commit(self, item: ChatItem, speech: SpeechHandle | None) -> None:
+        self.agent.chat_ctx.append(item)
+        if speech is not None:
+            speech.chat_items.append(item)
+        self._session._record(item)
+
+    def add_user_message(self, text: str) -> ChatMessage:
+        message = ChatMessage(role="user", content=text)
+        self._commit(message, None)
+        return message

@@ -1,0 +1,53 @@
+"""Agent: instructions, tools and hooks. Subclass it to build an assistant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..models import LLM, ChatContext, ChatMessage
+from .tools import FunctionTool, find_tools
+
+if TYPE_CHECKING:
+    from .session import AgentSession
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        instructions: str,
+        tools: Sequence[FunctionTool] = (),
+        chat_ctx: ChatContext | None = None,
+        llm: LLM | None = None,
+        allow_interruptions: bool | None = None,
+        id: str | None = None,
+    ) -> None:
+        self.instructions = instructions
+        self.id = id or type(self).__name__
+        self.llm = llm
+        self.allow_interruptions = allow_interruptions
+        own = find_tools(self)
+        names = [t.name for t in own] + [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"{self.id}: duplicate tool names {duplicates}")
+        self.tools: list[FunctionTool] = [*own, *tools]
+        self.chat_ctx = chat_ctx.copy() if chat_ctx is not None else ChatContext()
+        self._session: AgentSession[Any] | None = None
+
+    @property
+    def session(self) -> AgentSession[Any]:
+        if self._session is None:
+            raise RuntimeError(f"{self.id} is not running in a session")
+        return self._session
+
+    async def on_enter(self) -> None:
+        """Called after the agent becomes current."""
+
+    async def on_exit(self) -> None:
+        """Called before the agent stops being current."""
+
+    async def on_user_turn_completed(self, turn_ctx: ChatContext, new_message: ChatMessage) -> None:
+        """Called before replying to a user turn; raise ``StopResponse`` to stay silent.
+        ``new_message`` may be edited in place."""

@@ -1,0 +1,135 @@
+"""Session events (API.md "Events") and the emitter that delivers them.
+
+Times in ``created_at`` are event-loop seconds (``loop.time()``), the clock every decision
+in the session is made on, so tests on virtual time see exact values.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ..floor import AgentState, UserState
+from ..models import ChatItem, FunctionCall, FunctionCallOutput
+
+if TYPE_CHECKING:
+    from .speech import SpeechHandle
+
+logger = logging.getLogger("rejoinder")
+
+EventName = Literal[
+    "agent_state_changed",
+    "user_state_changed",
+    "user_input_transcribed",
+    "conversation_item_added",
+    "speech_created",
+    "function_tools_executed",
+    "metrics_collected",
+    "error",
+    "close",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStateChangedEvent:
+    old_state: AgentState
+    new_state: AgentState
+    created_at: float
+    type: Literal["agent_state_changed"] = "agent_state_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class UserStateChangedEvent:
+    old_state: UserState
+    new_state: UserState
+    created_at: float
+    type: Literal["user_state_changed"] = "user_state_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class UserInputTranscribedEvent:
+    transcript: str
+    is_final: bool
+    type: Literal["user_input_transcribed"] = "user_input_transcribed"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationItemAddedEvent:
+    item: ChatItem
+    type: Literal["conversation_item_added"] = "conversation_item_added"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechCreatedEvent:
+    speech_handle: SpeechHandle
+    source: str
+    user_initiated: bool
+    type: Literal["speech_created"] = "speech_created"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionToolsExecutedEvent:
+    function_calls: list[FunctionCall]
+    function_call_outputs: list[FunctionCallOutput | None]
+    type: Literal["function_tools_executed"] = "function_tools_executed"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsCollectedEvent:
+    metrics: dict[str, Any]
+    type: Literal["metrics_collected"] = "metrics_collected"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    error: BaseException
+    source: str
+    recoverable: bool
+    type: Literal["error"] = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class CloseEvent:
+    reason: str
+    error: BaseException | None = None
+    type: Literal["close"] = "close"
+
+
+Callback = Callable[[Any], object]
+C = TypeVar("C", bound=Callback)
+
+
+@dataclass
+class EventEmitter:
+    """Synchronous fan-out. A failing callback is logged and never breaks the session."""
+
+    _handlers: dict[str, list[Callback]] = field(default_factory=dict)
+
+    def on(self, name: EventName, callback: C | None = None) -> Any:
+        """Register ``callback`` for ``name``; without a callback, return a decorator."""
+        if callback is None:
+
+            def decorator(fn: C) -> C:
+                self.on(name, fn)
+                return fn
+
+            return decorator
+        self._handlers.setdefault(name, []).append(callback)
+        return callback
+
+    def off(self, name: EventName, callback: Callback) -> None:
+        handlers = self._handlers.get(name, [])
+        if callback in handlers:
+            handlers.remove(callback)
+
+    def emit(self, name: EventName, event: object) -> None:
+        handlers = self._handlers.get(name)
+        if not handlers:
+            return
+        for callback in tuple(handlers):
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("callback for %r failed", name)

@@ -1,0 +1,335 @@
+"""AgentSession: the public entry point. Owns the floor (through ``TurnState``), the task
+scope everything runs in, the history, and the current agent's activity.
+
+Every lifecycle call is bounded: ``aclose`` waits at most ``close_timeout`` for hooks and
+for work to unwind after cancellation, ``drain`` at most its ``timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
+from ..io.text import TextOutput
+from ..models import LLM, ChatContext, ChatItem
+from .activity import AgentActivity
+from .agent import Agent
+from .events import (
+    CloseEvent,
+    ConversationItemAddedEvent,
+    ErrorEvent,
+    EventEmitter,
+    EventName,
+)
+from .run_result import RunResult
+from .speech import ReplyRequest, SpeechHandle
+from .turn_state import TurnState
+
+logger = logging.getLogger("rejoinder")
+
+Userdata = TypeVar("Userdata")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    allow_interruptions: bool
+    min_interruption_duration: float
+    min_endpointing_delay: float
+    max_endpointing_delay: float
+    preemptive_generation: bool
+    user_away_timeout: float | None
+    max_tool_steps: int
+    close_timeout: float
+
+
+class SessionInput:
+    def __init__(self) -> None:
+        self.audio: Any = None
+
+
+class SessionOutput:
+    def __init__(self) -> None:
+        self.audio: Any = None
+        self.transcription: TextOutput | None = None
+
+
+class AgentSession(Generic[Userdata]):
+    def __init__(
+        self,
+        *,
+        llm: LLM | None = None,
+        stt: Any = None,
+        tts: Any = None,
+        vad: Any = None,
+        allow_interruptions: bool = True,
+        min_interruption_duration: float = 0.5,
+        min_endpointing_delay: float = 0.5,
+        max_endpointing_delay: float = 3.0,
+        preemptive_generation: bool = False,
+        user_away_timeout: float | None = 15.0,
+        max_tool_steps: int = 3,
+        userdata: Userdata | None = None,
+        obligation_timeouts: Mapping[str, float] | None = None,
+        close_timeout: float = 5.0,
+    ) -> None:
+        if max_tool_steps < 0:
+            raise ValueError("max_tool_steps must be >= 0")
+        if close_timeout <= 0:
+            raise ValueError("close_timeout must be positive")
+        self.llm = llm
+        self.stt, self.tts, self.vad = stt, tts, vad
+        self.options = SessionOptions(
+            allow_interruptions=allow_interruptions,
+            min_interruption_duration=min_interruption_duration,
+            min_endpointing_delay=min_endpointing_delay,
+            max_endpointing_delay=max_endpointing_delay,
+            preemptive_generation=preemptive_generation,
+            user_away_timeout=user_away_timeout,
+            max_tool_steps=max_tool_steps,
+            close_timeout=close_timeout,
+        )
+        # Validates kinds and values now, not at start().
+        self._floor = Floor(user_away_timeout=user_away_timeout, watchdogs=obligation_timeouts)
+        self._userdata = userdata
+        self.input = SessionInput()
+        self.output = SessionOutput()
+        self._events = EventEmitter()
+        self._history = ChatContext()
+        self._turn_state_: TurnState | None = None
+        self._activity: AgentActivity | None = None
+        self._activity_task: asyncio.Task[None] | None = None
+        self._root: asyncio.Task[None] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._closing: asyncio.Future[None] | None = None
+
+    # -------------------------------------------------------------- reading
+
+    @property
+    def agent_state(self) -> AgentState:
+        return self._floor.agent_state
+
+    @property
+    def user_state(self) -> UserState:
+        return self._floor.user_state
+
+    @property
+    def current_agent(self) -> Agent:
+        if self._activity is None:
+            raise RuntimeError("the session has no agent (call start() first)")
+        return self._activity.agent
+
+    @property
+    def current_speech(self) -> SpeechHandle | None:
+        return None if self._activity is None else self._activity.current_speech
+
+    @property
+    def history(self) -> ChatContext:
+        return self._history
+
+    @property
+    def userdata(self) -> Userdata:
+        if self._userdata is None:
+            raise ValueError("no userdata was given to the session")
+        return self._userdata
+
+    @userdata.setter
+    def userdata(self, value: Userdata) -> None:
+        self._userdata = value
+
+    def on(self, name: EventName, callback: Any = None) -> Any:
+        """Subscribe to an event (API.md "Events"); usable as a decorator."""
+        return self._events.on(name, callback)
+
+    def off(self, name: EventName, callback: Any) -> None:
+        self._events.off(name, callback)
+
+    @property
+    def _turn_state(self) -> TurnState:
+        if self._turn_state_ is None:
+            raise RuntimeError("the session is not started")
+        return self._turn_state_
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, agent: Agent) -> None:
+        if self._root is not None:
+            raise RuntimeError("the session was already started")
+        loop = asyncio.get_running_loop()
+        self._turn_state_ = TurnState(self._floor, self._events, loop)
+        ready: asyncio.Future[None] = loop.create_future()
+        self._root = loop.create_task(self._supervise(ready), name="rejoinder-session")
+        await ready
+        self._turn_state.start()
+        await self._start_activity(agent)
+
+    async def _supervise(self, ready: asyncio.Future[None]) -> None:
+        """The session's scope. It runs until ``aclose`` cancels it."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                ready.set_result(None)
+                await asyncio.Event().wait()  # cancelled by aclose
+        except* Exception as group:  # a bug escaped a task: report it, then close
+            for exc in group.exceptions:
+                logger.error("session task failed", exc_info=exc)
+                self._emit_error(exc, source="session", recoverable=False)
+        finally:
+            self._tg = None
+
+    async def _start_activity(self, agent: Agent) -> None:
+        if self._tg is None:
+            raise RuntimeError("the session is not running")
+        agent._session = self
+        activity = AgentActivity(agent, self)
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._activity = activity
+        self._activity_task = self._tg.create_task(activity.run(ready))
+        await ready
+
+    async def _stop_activity(self) -> None:
+        activity, task = self._activity, self._activity_task
+        if activity is None or task is None:
+            return
+        await self._bounded(activity.agent.on_exit(), f"{activity.agent.id}.on_exit")
+        task.cancel()
+        await self._bounded(asyncio.wait((task,)), f"stopping {activity.agent.id}")
+        activity.agent._session = None
+
+    def update_agent(self, agent: Agent) -> None:
+        """Hand the conversation to ``agent`` (the old one exits first)."""
+        if self._tg is None:
+            raise RuntimeError("the session is not running")
+
+        async def switch() -> None:
+            await self._stop_activity()
+            if not self._is_closing():
+                await self._start_activity(agent)
+
+        self._tg.create_task(switch())
+
+    async def aclose(self) -> None:
+        """Stop everything, bounded by ``close_timeout`` per step, even if work hangs."""
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return
+        self._closing = asyncio.get_running_loop().create_future()
+        try:
+            await self._stop_activity()
+            if self._root is not None:
+                self._root.cancel()
+                await self._bounded(asyncio.wait((self._root,)), "closing the session")
+            if self._turn_state_ is not None:
+                self._turn_state_.close_all()
+                self._turn_state_.shutdown()
+            self._events.emit("close", CloseEvent(reason="closed"))
+        finally:
+            self._closing.set_result(None)
+
+    async def drain(self, timeout: float = 60.0) -> None:  # noqa: ASYNC109 - a bound, not I/O
+        """Let everything owed finish (replies, tools, deferred results), then close.
+        Gives up waiting after ``timeout`` seconds and closes anyway."""
+        if self._turn_state_ is not None and self._closing is None:
+            await self._bounded(self._turn_state.nothing_open(), "draining", timeout)
+        await self.aclose()
+
+    async def __aenter__(self) -> AgentSession[Userdata]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -------------------------------------------------------------- replies
+
+    def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
+        return self._running_activity().create_speech(
+            source="say", text=text, allow_interruptions=allow_interruptions
+        )
+
+    def generate_reply(
+        self,
+        *,
+        user_input: str | None = None,
+        instructions: str | None = None,
+        allow_interruptions: bool | None = None,
+    ) -> SpeechHandle:
+        activity = self._running_activity()
+        user_message = None
+        if user_input is not None:
+            self._turn_state.user_activity()
+            user_message = activity.add_user_message(user_input)
+        return activity.create_speech(
+            source="generate_reply",
+            request=ReplyRequest(user_message=user_message, instructions=instructions),
+            allow_interruptions=allow_interruptions,
+            user_initiated=user_input is not None,
+        )
+
+    async def run(self, *, user_input: str) -> RunResult:
+        """Send ``user_input`` and wait for the whole reply; returns what happened."""
+        result = RunResult(user_input=user_input)
+        handle = self.generate_reply(user_input=user_input)
+        # Subscribed after the input was recorded, before the reply can produce anything.
+        self._events.on("conversation_item_added", result._on_item)
+        try:
+            await handle
+        finally:
+            self._events.off("conversation_item_added", result._on_item)
+        return result
+
+    def interrupt(self) -> asyncio.Future[None]:
+        """Interrupt what the agent is saying; await the result to know it stopped."""
+        if self._activity is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self._activity.interrupt()
+
+    @contextmanager
+    def hold(self, label: str = "hold") -> Iterator[None]:
+        """Keep the user from being marked away while the block runs (an uncommitted
+        session-owned obligation: the agent still reports ``listening``)."""
+        ob = self._turn_state.open(ObligationKind.HOLD, SESSION_OWNER, label=label)
+        try:
+            yield
+        finally:
+            self._turn_state.close(ob, "released")
+
+    # ------------------------------------------------------------- internal
+
+    def _running_activity(self) -> AgentActivity:
+        if self._activity is None or self._tg is None:
+            raise RuntimeError("the session is not running (call start() first)")
+        if self._is_closing():
+            raise RuntimeError("the session is closing")
+        return self._activity
+
+    def _is_closing(self) -> bool:
+        return self._closing is not None
+
+    def _record(self, item: ChatItem) -> None:
+        self._history.append(item)
+        self._events.emit("conversation_item_added", ConversationItemAddedEvent(item))
+
+    def _emit_error(self, error: BaseException, *, source: str, recoverable: bool) -> None:
+        self._events.emit("error", ErrorEvent(error, source=source, recoverable=recoverable))
+
+    async def _bounded(self, work: Any, what: str, limit: float | None = None) -> None:
+        limit = self.options.close_timeout if limit is None else limit
+        try:
+            await asyncio.wait_for(work, limit)
+        except TimeoutError:
+            logger.warning("%s took longer than %.1f s; going on without it", what, limit)
+        except Exception as exc:
+            logger.exception("%s failed", what)
+            self._emit_error(exc, source=what, recoverable=True)

@@ -1,0 +1,122 @@
+"""SpeechHandle: one reply the agent will deliver, and everything that follows from it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..models import ChatItem, ChatMessage
+from ..models.chat import new_id
+
+if TYPE_CHECKING:
+    from ..floor import Obligation
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """How to produce a generated speech (absent for ``say``)."""
+
+    user_message: ChatMessage | None = None
+    instructions: str | None = None
+    step: int = 0
+    """Tool rounds already taken in this turn; tools are withheld at ``max_tool_steps``."""
+
+
+class SpeechHandle:
+    """Awaitable: resolves once the reply, tool follow-ups included, was delivered or
+    interrupted. ``wait_for_playout`` resolves when this speech's own output ended."""
+
+    def __init__(
+        self,
+        *,
+        allow_interruptions: bool,
+        source: str,
+        user_initiated: bool = False,
+        text: str | None = None,
+        request: ReplyRequest | None = None,
+    ) -> None:
+        self.id = new_id("speech")
+        self.source = source
+        self.user_initiated = user_initiated
+        self.chat_items: list[ChatItem] = []
+        self._allow_interruptions = allow_interruptions
+        self._text = text
+        self._request = request
+        self._interrupted = False
+        loop = asyncio.get_running_loop()
+        self._playout: asyncio.Future[None] = loop.create_future()
+        self._done: asyncio.Future[None] = loop.create_future()
+        self._follow_up: SpeechHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._reply_ob: Obligation | None = None
+        self._on_discard: Callable[[], None] | None = None
+        """Set by the scheduler: how to drop this speech while it is still queued."""
+
+    def __repr__(self) -> str:
+        return f"<SpeechHandle {self.id} {self.source} done={self.done()}>"
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def allow_interruptions(self) -> bool:
+        return self._allow_interruptions
+
+    @allow_interruptions.setter
+    def allow_interruptions(self, value: bool) -> None:
+        self._allow_interruptions = value
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted
+
+    def done(self) -> bool:
+        return self._done.done()
+
+    def interrupt(self, *, force: bool = False) -> SpeechHandle:
+        """Stop this reply now. Raises if it is uninterruptible, unless ``force``."""
+        if not self._allow_interruptions and not force:
+            raise RuntimeError("this speech does not allow interruptions")
+        self._interrupt()
+        return self
+
+    async def wait_for_playout(self) -> None:
+        await asyncio.shield(self._playout)
+
+    def add_done_callback(self, callback: Callable[[SpeechHandle], object]) -> None:
+        self._done.add_done_callback(lambda _: callback(self))
+
+    def __await__(self) -> Generator[Any, None, SpeechHandle]:
+        yield from asyncio.shield(self._done).__await__()
+        return self
+
+    # ---------------------------------------------------------------- runtime
+
+    def _interrupt(self) -> None:
+        if self.done():
+            return
+        self._interrupted = True
+        if self._follow_up is not None:
+            self._follow_up._interrupt()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        elif self._task is None:
+            # Still queued: it will never run, so it is finished now.
+            if self._on_discard is not None:
+                self._on_discard()
+            self._mark_done()
+
+    def _mark_playout_done(self) -> None:
+        if not self._playout.done():
+            self._playout.set_result(None)
+
+    def _mark_done(self) -> None:
+        self._mark_playout_done()
+        if not self._done.done():
+            self._done.set_result(None)
+
+    def _chain(self, follow_up: SpeechHandle) -> None:
+        """This handle resolves only when ``follow_up`` does."""
+        self._follow_up = follow_up
+        follow_up._done.add_done_callback(lambda _: self._mark_done())

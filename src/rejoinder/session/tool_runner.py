@@ -1,0 +1,157 @@
+"""Runs the model's tool calls: one task and one ``tool`` obligation per call.
+
+A call's *first outcome* is what the reply that carried it waits for: the return value of
+an inline tool, or the interim message of a tool released to the background by its first
+``ctx.update()``. A released tool keeps running; its final value is handed to
+``on_final`` (the activity turns it into a deferred reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..floor import Obligation, ObligationKind
+from ..models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
+from .run_context import RunContext
+from .tools import FunctionTool
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .session import AgentSession
+    from .speech import SpeechHandle
+    from .turn_state import TurnState
+
+logger = logging.getLogger("rejoinder")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    output: FunctionCallOutput
+    reply_required: bool
+    handoff: Agent | None = None
+
+
+@dataclass(eq=False, slots=True)
+class ToolCallRun:
+    call: FunctionCall
+    obligation: Obligation
+    first: asyncio.Future[ToolOutcome]
+    released: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        *,
+        session: AgentSession[Any],
+        state: TurnState,
+        owner: str,
+        spawn: Callable[[Any], asyncio.Task[None]],
+        on_final: Callable[[ToolCallRun, ToolOutcome], None],
+    ) -> None:
+        self._session = session
+        self._state = state
+        self._owner = owner
+        self._spawn = spawn
+        self._on_final = on_final
+
+    def dispatch(
+        self, speech: SpeechHandle, call: FunctionCall, tools: Mapping[str, FunctionTool]
+    ) -> ToolCallRun:
+        """Start one call now (while the reply carrying it may still be delivered)."""
+        run = ToolCallRun(
+            call=call,
+            obligation=self._state.new(ObligationKind.TOOL, self._owner, label=call.name),
+            first=asyncio.get_running_loop().create_future(),
+        )
+        # Open before the task exists: the obligation must be on the floor before the
+        # reply that carries the call can end (DESIGN.md Rule 2).
+        self._state.open_new(run.obligation, on_expire=run.cancel)
+        run.task = self._spawn(self._run(run, speech, tools.get(call.name)))
+        return run
+
+    async def _run(self, run: ToolCallRun, speech: SpeechHandle, tool: FunctionTool | None) -> None:
+        call = run.call
+
+        async def release(message: str) -> None:
+            if run.released:
+                logger.debug("%s: later ctx.update(%r) ignored", call.name, message)
+                return
+            run.released = True
+            self._state.set_committed(run.obligation, False)
+            if not run.first.done():
+                run.first.set_result(ToolOutcome(_output(call, message), reply_required=True))
+
+        context: RunContext[Any] = RunContext(
+            session=self._session, speech_handle=speech, function_call=call, release=release
+        )
+        try:
+            if tool is None:
+                raise ToolError(f"unknown tool {call.name!r}")
+            value = await tool.invoke(context, call.arguments)
+            outcome = _outcome_of(call, value)
+        except ToolError as exc:
+            outcome = ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
+        except asyncio.CancelledError:
+            outcome = ToolOutcome(
+                _output(call, "the tool call was cancelled", error=True), reply_required=False
+            )
+            self._finish(run, outcome)
+            raise
+        except Exception as exc:
+            logger.exception("tool %s failed", call.name)
+            self._session._emit_error(exc, source="tool", recoverable=True)
+            outcome = ToolOutcome(
+                _output(call, f"the tool {call.name} failed with an internal error", error=True),
+                reply_required=True,
+            )
+        self._finish(run, outcome)
+
+    def _finish(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
+        if not run.released:
+            if not run.first.done():
+                run.first.set_result(outcome)
+            return
+        self._on_final(run, outcome)
+
+
+def _output(call: FunctionCall, text: str, *, error: bool = False) -> FunctionCallOutput:
+    return FunctionCallOutput(call_id=call.call_id, name=call.name, output=text, is_error=error)
+
+
+def _outcome_of(call: FunctionCall, value: Any) -> ToolOutcome:
+    from .agent import Agent  # a tool returning an Agent hands the conversation over
+
+    if isinstance(value, Agent):
+        return ToolOutcome(
+            _output(call, f"transferred to {value.id}"), reply_required=False, handoff=value
+        )
+    if isinstance(value, ToolResult):
+        return ToolOutcome(_output(call, _to_text(value.output)), value.reply_required)
+    if value is None:
+        return ToolOutcome(_output(call, ""), reply_required=False)
+    return ToolOutcome(_output(call, _to_text(value)), reply_required=True)
+
+
+def _to_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    dump = getattr(value, "model_dump_json", None)
+    if callable(dump):
+        return str(dump())
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
