@@ -168,9 +168,16 @@ class Floor:
         return self._derive(now)
 
     def close(
-        self, obs: Obligation | Iterable[Obligation], now: float, outcome: str = "done"
+        self,
+        obs: Obligation | Iterable[Obligation],
+        now: float,
+        outcome: str = "done",
+        *,
+        uncommit: Iterable[Obligation] = (),
     ) -> list[Effect]:
-        """Close one or several obligations in one step. Closing a closed one does nothing."""
+        """Close one or several obligations in one step. Closing a closed one does nothing.
+        ``uncommit`` obligations stay open but stop being committed in the same step."""
+        self._uncommit(uncommit)
         for ob in _as_list(obs):
             if ob.phase is Phase.NEW:
                 raise FloorError(f"{ob!r} was never opened")
@@ -183,9 +190,14 @@ class Floor:
         new: Obligation,
         now: float,
         outcome: str = "handed_over",
+        *,
+        uncommit: Iterable[Obligation] = (),
     ) -> list[Effect]:
-        """Open ``new`` and close ``old`` in one step (DESIGN.md Rule 2): no state between."""
+        """Open ``new`` and close ``old`` in one step (DESIGN.md Rule 2): no state between.
+        ``uncommit`` obligations (work that goes on in the background now that ``new``
+        carries the reply) stop being committed in the same step."""
         self._open_one(new, now)
+        self._uncommit(uncommit)
         for ob in _as_list(old):
             if ob.phase is Phase.NEW:
                 raise FloorError(f"{ob!r} was never opened")
@@ -257,6 +269,11 @@ class Floor:
         ob.outcome = outcome
         ob.audible = False
         del self._open[ob.id]
+
+    def _uncommit(self, obs: Iterable[Obligation]) -> None:
+        for ob in obs:
+            if self._require_open(ob):
+                ob.committed = False
 
     def _require_open(self, ob: Obligation) -> bool:
         if ob.phase is Phase.NEW:

@@ -105,6 +105,7 @@ class AgentActivity:
         allow_interruptions: bool | None = None,
         user_initiated: bool = False,
         hand_over_from: list[Obligation] | None = None,
+        uncommit: list[Obligation] | None = None,
         priority: int = _NORMAL,
     ) -> SpeechHandle:
         if allow_interruptions is None:
@@ -120,8 +121,10 @@ class AgentActivity:
         )
         reply = self._state.new(ObligationKind.REPLY, self.id, label=f"{source} {handle.id}")
         expire = lambda: handle._interrupt()  # noqa: E731 - the watchdog stops a stuck reply
-        if hand_over_from:
-            self._state.hand_over(hand_over_from, reply, on_expire=expire)
+        if hand_over_from or uncommit:
+            self._state.hand_over(
+                hand_over_from or [], reply, on_expire=expire, uncommit=uncommit or []
+            )
         else:
             self._state.open_new(reply, on_expire=expire)
         handle._reply_ob = reply
@@ -297,7 +300,8 @@ class AgentActivity:
             run.cancel()
         if reply.is_open:
             self._end_playout(speech, reply, heard, interrupted=True)
-        self._state.close([run.obligation for run in inline], outcome)
+        released = [run.obligation for run in runs if run.released]
+        self._state.close([run.obligation for run in inline], outcome, uncommit=released)
 
     async def _settle_tools(self, speech: SpeechHandle, runs: list[ToolCallRun]) -> bool:
         """Wait for each call's first outcome; chain a follow-up reply when one is owed.
@@ -314,10 +318,11 @@ class AgentActivity:
             ),
         )
         finished = [run.obligation for run in runs if not run.released]
+        background = [run.obligation for run in runs if run.released]
         handoff = next((o.handoff for o in outcomes if o.handoff is not None), None)
         request = speech._request
         if handoff is not None:
-            self._state.close(finished)
+            self._state.close(finished, uncommit=background)
             self._session.update_agent(handoff)
             return False
         # At max_tool_steps the model was offered no tools; a call it makes anyway is
@@ -327,13 +332,14 @@ class AgentActivity:
             or request.step >= self._session.options.max_tool_steps
             or not any(o.reply_required for o in outcomes)
         ):
-            self._state.close(finished)
+            self._state.close(finished, uncommit=background)
             return False
         follow_up = self.create_speech(
             source="tool_reply",
             request=ReplyRequest(step=request.step + 1),
             allow_interruptions=speech.allow_interruptions,
             hand_over_from=finished,
+            uncommit=background,
             priority=_FOLLOW_UP,
         )
         speech._chain(follow_up)

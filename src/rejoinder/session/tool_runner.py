@@ -88,7 +88,8 @@ class ToolRunner:
                 logger.debug("%s: later ctx.update(%r) ignored", call.name, message)
                 return
             run.released = True
-            self._state.set_committed(run.obligation, False)
+            # Still committed: the interim result is owed a follow-up reply. The reply
+            # that carried the call uncommits it when that follow-up takes over.
             if not run.first.done():
                 run.first.set_result(ToolOutcome(_output(call, message), reply_required=True))
 
@@ -119,6 +120,10 @@ class ToolRunner:
 
     def _finish(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
         if not run.released:
+            if not outcome.reply_required:
+                # Nothing will follow from this call: the debt ends now, not when the
+                # reply that carried it has been delivered.
+                self._state.close(run.obligation)
             if not run.first.done():
                 run.first.set_result(outcome)
             return

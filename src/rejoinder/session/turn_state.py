@@ -136,10 +136,16 @@ class TurnState:
             self._on_expire[ob.id] = on_expire
         self._apply(self._floor.open(ob, self.now()))
 
-    def close(self, obs: Obligation | Iterable[Obligation], outcome: str = "done") -> None:
+    def close(
+        self,
+        obs: Obligation | Iterable[Obligation],
+        outcome: str = "done",
+        *,
+        uncommit: Iterable[Obligation] = (),
+    ) -> None:
         obs = [obs] if isinstance(obs, Obligation) else list(obs)
         self._forget(obs)
-        self._apply(self._floor.close(obs, self.now(), outcome))
+        self._apply(self._floor.close(obs, self.now(), outcome, uncommit=uncommit))
 
     def hand_over(
         self,
@@ -147,13 +153,14 @@ class TurnState:
         new: Obligation,
         *,
         on_expire: Callable[[], None] | None = None,
+        uncommit: Iterable[Obligation] = (),
     ) -> None:
         """Open ``new`` and close ``old`` in one floor step (DESIGN.md Rule 2)."""
         old = [old] if isinstance(old, Obligation) else list(old)
         self._forget(old)
         if on_expire is not None:
             self._on_expire[new.id] = on_expire
-        self._apply(self._floor.hand_over(old, new, self.now()))
+        self._apply(self._floor.hand_over(old, new, self.now(), uncommit=uncommit))
 
     def set_committed(self, ob: Obligation, committed: bool) -> None:
         self._apply(self._floor.set_committed(ob, committed, self.now()))
