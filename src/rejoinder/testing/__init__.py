@@ -1,17 +1,31 @@
 """Public test kit: scripted models, state timelines, in-memory sinks."""
 
 from ..io.text import MemoryTextOutput
+from .openai_chat_server import (
+    CutConnection,
+    ErrorReply,
+    OpenAIChatServer,
+    Pause,
+    RawData,
+    StreamReply,
+)
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .timeline import StateChange, StateTimeline
 
 __all__ = [
+    "CutConnection",
     "Delay",
+    "ErrorReply",
     "Fail",
     "Gate",
     "MemoryTextOutput",
+    "OpenAIChatServer",
+    "Pause",
+    "RawData",
     "ScriptedCall",
     "ScriptedLLM",
     "StateChange",
     "StateTimeline",
+    "StreamReply",
     "ToolCall",
 ]

@@ -70,9 +70,11 @@ class StateTimeline:
     def assert_never(
         self, state: str, *, between: tuple[float, float] | None = None, who: Who = "agent"
     ) -> None:
-        """Not one change to ``state`` in ``[t0, t1]`` (everywhere when ``between`` is None)."""
+        """Not one change to ``state`` strictly inside ``(t0, t1)`` (anywhere when ``between``
+        is None). Changes at the same instant as an edge are ambiguous on a clock; assert
+        the order of those with ``agent_states()``/``user_states()``."""
         t0, t1 = between if between is not None else (float("-inf"), float("inf"))
-        bad = [c for c in self.changes_of(who) if c.new == state and t0 <= c.at <= t1]
+        bad = [c for c in self.changes_of(who) if c.new == state and t0 < c.at < t1]
         if bad:
             raise AssertionError(
                 f"{who} went to {state!r} at {[round(c.at, 6) for c in bad]} "
