@@ -3,7 +3,8 @@
 The schema is built once, at decoration time, with pydantic (``create_model``) and
 docstring-parser (Google, reST and numpy styles), so the per-call cost is one
 ``model_validate``. A bad argument never reaches the tool: it becomes a ``ToolError``
-whose message the model sees.
+whose message the model sees. Both libraries are imported on the first decoration, not
+with ``rejoinder``: they are most of its import time, and text-only tests need neither.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import inspect
 import json
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
-
-import docstring_parser
-import pydantic
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..models import ToolDefinition, ToolError
 from .run_context import RunContext
+
+if TYPE_CHECKING:
+    import pydantic
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -68,6 +69,8 @@ class FunctionTool:
 
     def parse_arguments(self, raw: str) -> dict[str, Any]:
         """Model-written JSON text → validated keyword arguments, or ``ToolError``."""
+        import pydantic
+
         try:
             data = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as exc:
@@ -117,6 +120,9 @@ def _build_tool(
 ) -> FunctionTool:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"@function_tool needs an async function, got {fn!r}")
+    import docstring_parser
+    import pydantic
+
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
     hints = typing.get_type_hints(fn, include_extras=True)
