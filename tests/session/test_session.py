@@ -352,3 +352,29 @@ async def test_drain_is_bounded() -> None:
     session.generate_reply(user_input="go")
     await session.drain(timeout=3.0)
     assert asyncio.get_running_loop().time() == pytest.approx(3.0)
+
+
+async def test_tool_returning_an_agent_hands_over(make_session: MakeSession) -> None:
+    entered: list[str] = []
+
+    class Billing(rj.Agent):
+        async def on_enter(self) -> None:
+            entered.append(self.id)
+            self.session.say("Billing here.")
+
+    @rj.function_tool
+    async def transfer() -> rj.Agent:
+        """Transfer to billing."""
+        return Billing(instructions="billing")
+
+    llm = LLM([["Transferring.", ToolCall("transfer")]])
+    h = await make_session(llm, rj.Agent(instructions="front", tools=[transfer], id="front"))
+    await h.session.run(user_input="billing please")
+    await asyncio.sleep(0.1)
+    assert entered == ["Billing"]
+    assert h.session.current_agent.id == "Billing"
+    handoffs = [i for i in h.session.history.items if isinstance(i, rj.AgentHandoff)]
+    assert [(x.old_agent_id, x.new_agent_id) for x in handoffs] == [("front", "Billing")]
+    assert h.output.segments == ["Transferring.", "Billing here."]
+    assert len(llm.calls) == 1  # no follow-up from the agent that handed over
+    assert h.session.agent_state == "listening"

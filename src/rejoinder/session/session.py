@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..io.text import TextOutput
-from ..models import LLM, ChatContext, ChatItem
+from ..models import LLM, AgentHandoff, ChatContext, ChatItem
 from .activity import AgentActivity
 from .agent import Agent
 from .events import (
@@ -207,8 +207,10 @@ class AgentSession(Generic[Userdata]):
             raise RuntimeError("the session is not running")
 
         async def switch() -> None:
+            old_id = None if self._activity is None else self._activity.agent.id
             await self._stop_activity()
             if not self._is_closing():
+                self._record(AgentHandoff(old_agent_id=old_id, new_agent_id=agent.id))
                 await self._start_activity(agent)
 
         self._tg.create_task(switch())
