@@ -177,10 +177,9 @@ class Floor:
     ) -> list[Effect]:
         """Close one or several obligations in one step. Closing a closed one does nothing.
         ``uncommit`` obligations stay open but stop being committed in the same step."""
-        self._uncommit(uncommit)
-        for ob in _as_list(obs):
-            if ob.phase is Phase.NEW:
-                raise FloorError(f"{ob!r} was never opened")
+        olds, background = _opened(obs), _opened(uncommit)  # a FloorError changes nothing
+        self._uncommit(background)
+        for ob in olds:
             self._close(ob, now, outcome)
         return self._derive(now)
 
@@ -196,11 +195,10 @@ class Floor:
         """Open ``new`` and close ``old`` in one step (DESIGN.md Rule 2): no state between.
         ``uncommit`` obligations (work that goes on in the background now that ``new``
         carries the reply) stop being committed in the same step."""
+        olds, background = _opened(old), _opened(uncommit)  # a FloorError changes nothing
         self._open_one(new, now)
-        self._uncommit(uncommit)
-        for ob in _as_list(old):
-            if ob.phase is Phase.NEW:
-                raise FloorError(f"{ob!r} was never opened")
+        self._uncommit(background)
+        for ob in olds:
             self._close(ob, now, outcome)
         return self._derive(now)
 
@@ -349,3 +347,12 @@ class Floor:
 
 def _as_list(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:
     return [obs] if isinstance(obs, Obligation) else list(obs)
+
+
+def _opened(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:
+    """``obs`` as a list; FloorError (before anything changed) if one was never opened."""
+    olds = _as_list(obs)
+    for ob in olds:
+        if ob.phase is Phase.NEW:
+            raise FloorError(f"{ob!r} was never opened")
+    return olds
