@@ -22,6 +22,7 @@ from rejoinder.demo import (
     reply_to_user,
     unreported_outputs,
 )
+from rejoinder.testing import advance
 
 DEMO_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "demo_script.txt"
 STATUS = re.compile(r"^  \[\s*(\d+\.\d{3})s\] (.*)$")
@@ -223,7 +224,7 @@ async def test_interactive_quit_stops_at_once() -> None:
 
 async def test_user_away_after_quiet_and_back_on_input() -> None:
     async def slow_lines() -> AsyncIterator[str]:
-        await asyncio.sleep(3.0)
+        await advance(3.0)
         yield "hello\n"
 
     args = build_parser().parse_args(["console", "--away-timeout", "2"])
@@ -237,7 +238,7 @@ async def test_user_away_after_quiet_and_back_on_input() -> None:
 
 async def test_away_timeout_zero_disables_away() -> None:
     async def slow_lines() -> AsyncIterator[str]:
-        await asyncio.sleep(100.0)
+        await advance(100.0)
         yield "hello\n"
 
     args = build_parser().parse_args(["console", "--away-timeout", "0"])

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 import rejoinder as rj
-from rejoinder.testing import Delay, Fail, ToolCall
+from rejoinder.testing import Delay, Fail, ToolCall, advance
 from rejoinder.testing import ScriptedLLM as LLM
 
 from ..conftest import MakeSession
@@ -61,7 +61,7 @@ async def test_a1_tool_during_reply_never_listening_before_follow_up(
         ]
     else:
         h.session.generate_reply(user_input="weather?")
-        await asyncio.sleep(10)
+        await advance(10)
 
     assert h.timeline.agent_states() == FULL_TOOL_TURN
     first_reply_end = h.timeline.times_of("thinking")[1]
@@ -126,11 +126,11 @@ async def test_a2_background_result_during_answer_goes_through_thinking(
         "listening",
     ]
     assert [o.output for o in first.function_call_outputs] == ["Timer started."]
-    await asyncio.sleep(3.0)
+    await advance(3.0)
     t_second = 3.0
     second = await h.session.run(user_input="what's new?")
     assert second.final_output == "Let me think about that."
-    await asyncio.sleep(5.0)
+    await advance(5.0)
 
     assert h.timeline.agent_states(since=t_second) == [
         "listening",
@@ -162,7 +162,7 @@ async def test_a2_release_during_audible_reply_never_listening(make_session: Mak
     await h.session.run(user_input="timer")
     assert h.timeline.agent_states() == FULL_TOOL_TURN
     assert h.timeline.times_of("listening")[-1] == pytest.approx(1.0)
-    await asyncio.sleep(5.0)
+    await advance(5.0)
     assert h.output.segments == ["Starting a timer.", "It runs.", "Done."]
 
 
@@ -173,13 +173,13 @@ async def test_a2_running_background_tool_keeps_user_present(make_session: MakeS
     await h.session.run(user_input="set a timer")
     # Listening between turns is the truth while the tool merely runs...
     assert h.session.agent_state == "listening"
-    await asyncio.sleep(59.0)
+    await advance(59.0)
     # ...but the user is not marked away while the agent works for them.
     h.timeline.assert_never("away", who="user", between=(0.0, 60.0))
-    await asyncio.sleep(2.0)
+    await advance(2.0)
     assert h.output.segments == ["Started.", "Done now."]
     assert h.session.user_state == "listening"
-    await asyncio.sleep(5.0)
+    await advance(5.0)
     assert h.timeline.times_of("away", who="user") == [pytest.approx(65.0)]
 
 
@@ -187,7 +187,7 @@ async def test_a2_results_landing_together_are_one_reply(make_session: MakeSessi
     llm = LLM([[ToolCall("set_timer"), ToolCall("set_timer")], ["Two timers."], ["Both done."]])
     h = await make_session(llm, agent_with(timer_tool(5.0)))
     await h.session.run(user_input="two timers")
-    await asyncio.sleep(10.0)
+    await advance(10.0)
     assert h.output.segments == ["Two timers.", "Both done."]
     assert len(llm.calls) == 3
 
@@ -326,7 +326,7 @@ async def test_a7_queued_reply_does_not_interrupt_speaking(make_session: MakeSes
     llm = LLM([["First part", Delay(2.0), " and the rest."], ["Second reply."]])
     h = await make_session(llm)
     first = h.session.generate_reply(user_input="one")
-    await asyncio.sleep(0.5)
+    await advance(0.5)
     second = h.session.generate_reply(user_input="two")  # queued while the first is audible
     await first
     await second

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import rejoinder as rj
-from rejoinder.testing import Delay, Gate, ToolCall
+from rejoinder.testing import Delay, Gate, ToolCall, advance
 from rejoinder.testing import ScriptedLLM as LLM
 
 from ..conftest import MakeSession
@@ -56,7 +56,7 @@ async def test_interrupt_keeps_only_what_was_delivered(make_session: MakeSession
     llm = LLM([["Once upon ", Delay(1.0), "a time ", Delay(1.0), "there was."]])
     h = await make_session(llm)
     handle = h.session.generate_reply(user_input="story")
-    await asyncio.sleep(1.5)
+    await advance(1.5)
     await h.session.interrupt()
     assert handle.done() and handle.interrupted
     last = h.session.history.items[-1]
@@ -75,7 +75,7 @@ async def test_interrupt_cancels_inline_tools_and_drops_queued_speech(
     async def slow() -> str:
         """Slow."""
         try:
-            await asyncio.sleep(100)
+            await advance(100)
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -85,7 +85,7 @@ async def test_interrupt_cancels_inline_tools_and_drops_queued_speech(
     h = await make_session(llm, rj.Agent(instructions="t", tools=[slow]))
     first = h.session.generate_reply(user_input="go")
     queued = h.session.say("queued")
-    await asyncio.sleep(1.0)
+    await advance(1.0)
     assert h.session.agent_state == "thinking"
     await h.session.interrupt()
     assert cancelled.is_set()
@@ -98,7 +98,7 @@ async def test_uninterruptible_speech_is_not_interrupted(make_session: MakeSessi
     llm = LLM([["Important ", Delay(1.0), "notice."]])
     h = await make_session(llm)
     handle = h.session.generate_reply(user_input="x", allow_interruptions=False)
-    await asyncio.sleep(0.5)
+    await advance(0.5)
     with pytest.raises(RuntimeError, match="does not allow interruptions"):
         handle.interrupt()
     await h.session.interrupt()  # skips it, returns at once
@@ -112,13 +112,13 @@ async def test_disallow_interruptions_from_a_tool(make_session: MakeSession) -> 
     async def commit(ctx: rj.RunContext[None]) -> str:
         """Commit."""
         ctx.disallow_interruptions()
-        await asyncio.sleep(2.0)
+        await advance(2.0)
         return "committed"
 
     llm = LLM([[ToolCall("commit")], ["Done."]])
     h = await make_session(llm, rj.Agent(instructions="t", tools=[commit]))
     handle = h.session.generate_reply(user_input="commit")
-    await asyncio.sleep(1.0)
+    await advance(1.0)
     await h.session.interrupt()
     await handle
     assert not handle.interrupted
@@ -164,7 +164,7 @@ async def test_on_enter_can_greet(make_session: MakeSession) -> None:
             self.session.say("Welcome!")
 
     h = await make_session(None, Greeter(instructions="g"))
-    await asyncio.sleep(0.1)
+    await advance(0.1)
     assert h.output.segments == ["Welcome!"]
 
 
@@ -224,7 +224,7 @@ async def test_reentrant_callback_keeps_events_in_order(make_session: MakeSessio
 
     h.session.on("agent_state_changed", on_state)
     await h.session.run(user_input="hi")
-    await asyncio.sleep(0.1)
+    await advance(0.1)
     assert h.output.segments == ["one", "re-entered"]
     # StateTimeline raises if an event's old state is not the previous new state.
     assert h.timeline.agent_states()[-1] == "listening"
@@ -242,7 +242,7 @@ async def test_watchdog_closes_a_hung_reply(make_session: MakeSession) -> None:
     llm = LLM([[Gate(never)]])
     h = await make_session(llm, obligation_timeouts={"reply": 30.0})
     handle = h.session.generate_reply(user_input="hi")
-    await asyncio.sleep(31.0)
+    await advance(31.0)
     assert handle.done() and handle.interrupted
     assert h.session.agent_state == "listening"
     assert [e.source for e in h.errors] == ["watchdog"]
@@ -297,7 +297,7 @@ async def test_aclose_in_every_phase_leaves_nothing_running(phase: str) -> None:
     await session.start(rj.Agent(instructions="t", tools=[stuck]))
     if phase != "idle":
         session.generate_reply(user_input="go")
-    await asyncio.sleep(1.0)
+    await advance(1.0)
     t0 = asyncio.get_running_loop().time()
     await session.aclose()
     assert asyncio.get_running_loop().time() - t0 < 1.0
@@ -331,7 +331,7 @@ async def test_drain_waits_for_owed_work_then_closes() -> None:
     async def later(ctx: rj.RunContext[None]) -> str:
         """Later."""
         await ctx.update("on it")
-        await asyncio.sleep(5.0)
+        await advance(5.0)
         return "finished"
 
     output = rj.MemoryTextOutput()
@@ -370,7 +370,7 @@ async def test_tool_returning_an_agent_hands_over(make_session: MakeSession) -> 
     llm = LLM([["Transferring.", ToolCall("transfer")]])
     h = await make_session(llm, rj.Agent(instructions="front", tools=[transfer], id="front"))
     await h.session.run(user_input="billing please")
-    await asyncio.sleep(0.1)
+    await advance(0.1)
     assert entered == ["Billing"]
     assert h.session.current_agent.id == "Billing"
     handoffs = [i for i in h.session.history.items if isinstance(i, rj.AgentHandoff)]

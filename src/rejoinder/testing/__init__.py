@@ -1,6 +1,7 @@
 """Public test kit: scripted models, state timelines, in-memory sinks."""
 
 from ..io.text import MemoryTextOutput
+from .clock import advance, now
 from .openai_chat_server import (
     CutConnection,
     ErrorReply,
@@ -28,4 +29,6 @@ __all__ = [
     "StateTimeline",
     "StreamReply",
     "ToolCall",
+    "advance",
+    "now",
 ]
