@@ -758,16 +758,18 @@ def test_yielded_audible_speech_is_not_speaking() -> None:
 # ------------------------------------------------------------------------ construction
 
 
-@pytest.mark.parametrize("timeout", [0.0, -1.0])
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan")])
 def test_away_timeout_must_be_positive(timeout: float) -> None:
     with pytest.raises(ValueError, match="user_away_timeout"):
         Floor(user_away_timeout=timeout)
 
 
-@pytest.mark.parametrize("seconds", [0.0, -5.0])
+@pytest.mark.parametrize("seconds", [0.0, -5.0, float("nan")])
 def test_watchdog_override_must_be_positive(seconds: float) -> None:
     with pytest.raises(ValueError, match="watchdog"):
         Floor(watchdogs={REPLY: seconds})
+    with pytest.raises(ValueError, match="watchdog"):
+        Floor().obligation(REPLY, owner="a", watchdog=seconds)
 
 
 def test_watchdog_override_for_an_unknown_kind() -> None:

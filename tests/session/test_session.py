@@ -92,6 +92,11 @@ async def test_interrupt_cancels_inline_tools_and_drops_queued_speech(
     assert first.interrupted and queued.interrupted and queued.done()
     assert h.session.agent_state == "listening"
     assert h.output.segments == ["Working."]
+    # The call stays paired with an output, so the next model request is valid.
+    call, output = h.session.history.items[-2:]
+    assert isinstance(call, rj.FunctionCall) and isinstance(output, rj.FunctionCallOutput)
+    assert (output.call_id, output.is_error) == (call.call_id, True)
+    assert output.output == "the tool call was interrupted"
 
 
 async def test_uninterruptible_speech_is_not_interrupted(make_session: MakeSession) -> None:

@@ -50,15 +50,14 @@ class Floor:
         self,
         *,
         user_away_timeout: float | None = None,
-        watchdogs: Mapping[ObligationKind | str, float] | None = None,
+        watchdogs: Mapping[ObligationKind, float] | Mapping[str, float] | None = None,
     ) -> None:
-        if user_away_timeout is not None and user_away_timeout <= 0:
-            raise ValueError("user_away_timeout must be positive or None")
+        if user_away_timeout is not None:
+            _require_positive(user_away_timeout, "user_away_timeout")
         self._away_timeout = user_away_timeout
         self._watchdogs = {kind: spec.watchdog for kind, spec in KINDS.items()}
         for kind, seconds in (watchdogs or {}).items():
-            if seconds <= 0:
-                raise ValueError(f"watchdog for {kind!s} must be positive, got {seconds}")
+            _require_positive(seconds, f"watchdog for {kind!s}")
             self._watchdogs[ObligationKind(kind)] = float(seconds)
         self._ids = itertools.count(1)
         self._open: dict[int, Obligation] = {}
@@ -154,6 +153,8 @@ class Floor:
     ) -> Obligation:
         """Create (not open) an obligation, so it can be opened or handed over to."""
         spec = KINDS[kind]
+        if watchdog is not None:
+            _require_positive(watchdog, f"watchdog for {kind}")
         return Obligation(
             id=next(self._ids),
             kind=kind,
@@ -347,6 +348,12 @@ class Floor:
 
 def _as_list(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:
     return [obs] if isinstance(obs, Obligation) else list(obs)
+
+
+def _require_positive(value: float, what: str) -> None:
+    # "not > 0" also rejects NaN, which every comparison answers False.
+    if not value > 0:
+        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
 
 
 def _opened(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:

@@ -22,6 +22,7 @@ from ..models import (
     ChatMessage,
     FunctionCall,
     FunctionCallOutput,
+    LLMError,
     StopResponse,
 )
 from ..models.chat import new_id
@@ -199,8 +200,9 @@ class AgentActivity:
             self._abandon(speech, reply, heard, runs, "interrupted")
             raise
         except Exception as exc:
-            logger.warning("reply %s failed: %s", speech.id, exc)
-            self._session._emit_error(exc, source="llm", recoverable=True)
+            source = "llm" if isinstance(exc, LLMError) else "reply"
+            logger.warning("reply %s failed (%s): %s", speech.id, source, exc)
+            self._session._emit_error(exc, source=source, recoverable=True)
             self._abandon(speech, reply, heard, runs, "failed")
         finally:
             if not chained:
@@ -300,6 +302,10 @@ class AgentActivity:
             run.cancel()
         if reply.is_open:
             self._end_playout(speech, reply, heard, interrupted=True)
+        for run in runs:
+            if run.recorded and not run.answered:  # keep every call paired with an output
+                self._commit(run.output_if_abandoned(), speech)
+                run.answered = True
         released = [run.obligation for run in runs if run.released]
         self._state.close([run.obligation for run in inline], outcome, uncommit=released)
 
@@ -308,9 +314,11 @@ class AgentActivity:
         Returns whether a follow-up was chained (the handle then resolves with it)."""
         for run in runs:
             self._commit(run.call, speech)
+            run.recorded = True
         outcomes: list[ToolOutcome] = [await run.first for run in runs]
-        for outcome in outcomes:
+        for run, outcome in zip(runs, outcomes, strict=True):
             self._commit(outcome.output, speech)
+            run.answered = True
         self._session._events.emit(
             "function_tools_executed",
             FunctionToolsExecutedEvent(

@@ -42,7 +42,16 @@ class ToolCallRun:
     obligation: Obligation
     first: asyncio.Future[ToolOutcome]
     released: bool = False
+    recorded: bool = False
+    """The call is in the chat history, so an output must follow it there."""
+    answered: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def output_if_abandoned(self) -> FunctionCallOutput:
+        """What the history says of a call whose reply was interrupted or failed."""
+        if self.first.done() and not self.first.cancelled():
+            return self.first.result().output  # the interim result of a released call
+        return _output(self.call, "the tool call was interrupted", error=True)
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
