@@ -183,6 +183,7 @@ async def test_events_are_emitted(make_session: MakeSession) -> None:
     h = await make_session(llm, rj.Agent(instructions="t", tools=[ping]))
     seen: dict[str, list[Any]] = {}
     for name in (
+        "user_input_transcribed",
         "speech_created",
         "function_tools_executed",
         "conversation_item_added",
@@ -190,6 +191,7 @@ async def test_events_are_emitted(make_session: MakeSession) -> None:
     ):
         h.session.on(name, lambda ev, n=name: seen.setdefault(n, []).append(ev))  # type: ignore[misc]
     await h.session.run(user_input="ping")
+    assert [(e.transcript, e.is_final) for e in seen["user_input_transcribed"]] == [("ping", True)]
     assert [(e.source, e.user_initiated) for e in seen["speech_created"]] == [
         ("generate_reply", True),
         ("tool_reply", False),

@@ -26,6 +26,7 @@ from .events import (
     ErrorEvent,
     EventEmitter,
     EventName,
+    UserInputTranscribedEvent,
 )
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
@@ -269,6 +270,10 @@ class AgentSession(Generic[Userdata]):
         user_message = None
         if user_input is not None:
             self._turn_state.user_activity()
+            # Typed input is what the user said, final: report it like a transcript.
+            self._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(user_input, is_final=True)
+            )
             user_message = activity.add_user_message(user_input)
         return activity.create_speech(
             source="generate_reply",
