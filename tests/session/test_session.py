@@ -89,14 +89,73 @@ async def test_interrupt_cancels_inline_tools_and_drops_queued_speech(
     assert h.session.agent_state == "thinking"
     await h.session.interrupt()
     assert cancelled.is_set()
-    assert first.interrupted and queued.interrupted and queued.done()
+    assert first.interrupted
+    # The queued say() was delivered while the tool ran: a reply waiting on its tools
+    # does not hold the floor.
+    assert queued.done() and not queued.interrupted
     assert h.session.agent_state == "listening"
-    assert h.output.segments == ["Working."]
+    assert h.output.segments == ["Working.", "queued"]
     # The call stays paired with an output, so the next model request is valid.
-    call, output = h.session.history.items[-2:]
+    call, output = [i for i in h.session.history.items if i.type.startswith("function")]
     assert isinstance(call, rj.FunctionCall) and isinstance(output, rj.FunctionCallOutput)
     assert (output.call_id, output.is_error) == (call.call_id, True)
     assert output.output == "the tool call was interrupted"
+
+
+async def test_interrupt_drops_speech_queued_behind_the_current_one(
+    make_session: MakeSession,
+) -> None:
+    llm = LLM([["Long ", Delay(5.0), "story."]])
+    h = await make_session(llm)
+    first = h.session.generate_reply(user_input="story")
+    queued = h.session.say("and another thing")
+    await advance(1.0)
+    await h.session.interrupt()
+    assert first.interrupted and queued.interrupted and queued.done()
+    assert h.output.segments == ["Long "]
+    assert h.session.agent_state == "listening"
+
+
+async def test_say_from_inside_a_tool_is_delivered_while_it_runs(make_session: MakeSession) -> None:
+    @rj.function_tool
+    async def slow(ctx: rj.RunContext[None]) -> str:
+        """Slow."""
+        await ctx.session.say("One moment please.")  # awaiting it must not deadlock
+        await advance(2.0)
+        return "done"
+
+    llm = LLM([[ToolCall("slow")], ["Here it is."]])
+    h = await make_session(llm, rj.Agent(instructions="t", tools=[slow]))
+    await asyncio.wait_for(h.session.run(user_input="go"), 30)
+    assert h.output.segments == ["One moment please.", "Here it is."]
+    assert h.timeline.agent_states() == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+
+
+async def test_user_turn_answered_while_a_tool_runs(make_session: MakeSession) -> None:
+    @rj.function_tool
+    async def slow() -> str:
+        """Slow."""
+        await advance(5.0)
+        return "slow result"
+
+    llm = LLM([["Looking.", ToolCall("slow")], ["Still looking, hi!"], ["Result: slow."]])
+    h = await make_session(llm, rj.Agent(instructions="t", tools=[slow]))
+    first = h.session.generate_reply(user_input="look it up")
+    await advance(1.0)
+    await h.session.run(user_input="hello?")
+    await first
+    assert h.output.segments == ["Looking.", "Still looking, hi!", "Result: slow."]
+    # The tool stayed owed across the interleaved answer: never listening before t=5.
+    h.timeline.assert_never("listening", between=(0.0, 5.0))
+    assert h.timeline.times_of("listening")[-1] == pytest.approx(5.0)
 
 
 async def test_uninterruptible_speech_is_not_interrupted(make_session: MakeSession) -> None:

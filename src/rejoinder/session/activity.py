@@ -8,6 +8,7 @@ way to the next, so the floor always holds the truth; this module never decides 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -52,6 +53,9 @@ class AgentActivity:
         self._wake = asyncio.Event()
         self._deferred: list[Obligation] = []
         self._current: SpeechHandle | None = None
+        """The speech whose output is being delivered."""
+        self._running: set[SpeechHandle] = set()
+        """Speeches whose task runs: delivering output, or waiting on their tools."""
         self._tg: asyncio.TaskGroup | None = None
         self._system_message: ChatMessage | None = None
         self._tools = ToolRunner(
@@ -138,20 +142,29 @@ class AgentActivity:
         return handle
 
     def interrupt(self) -> asyncio.Future[None]:
-        """Interrupt the current speech and drop queued ones (those that allow it)."""
-        for _, _, queued in list(self._queue):
-            if queued.allow_interruptions:
-                queued._interrupt()
-        current = self._current
-        if current is not None and current.allow_interruptions:
-            current._interrupt()
-        waiter = asyncio.get_running_loop().create_future()
-        if current is None or current._task is None or current._task.done():
+        """Interrupt every speech that allows it: queued ones are dropped, the one being
+        delivered stops, and ones still waiting on their tools are cancelled with them.
+        The future resolves once those speeches have stopped."""
+        stopping: list[asyncio.Task[None]] = []
+        for handle in [*(queued for _, _, queued in self._queue), *self._running]:
+            if handle.done() or not handle.allow_interruptions:
+                continue
+            handle._interrupt()
+            if handle._task is not None and not handle._task.done():
+                stopping.append(handle._task)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        remaining = len(stopping)
+
+        def one_stopped(_: object) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0 and not waiter.done():
+                waiter.set_result(None)
+
+        if not stopping:
             waiter.set_result(None)
-        else:
-            current._task.add_done_callback(
-                lambda _: waiter.done() or waiter.set_result(None)  # type: ignore[func-returns-value]
-            )
+        for task in stopping:
+            task.add_done_callback(one_stopped)
         return waiter
 
     def _drop_queue(self) -> None:
@@ -177,11 +190,19 @@ class AgentActivity:
                 await self._wake.wait()
                 continue
             self._current = speech
-            speech._task = self._spawn(self._run_speech(speech))
+            task = speech._task = self._spawn(self._run_speech(speech))
+            self._running.add(speech)
+            task.add_done_callback(functools.partial(self._speech_ended, speech))
             try:
-                await asyncio.wait((speech._task,))
+                # The next speech may start once this one's output has ended. Its tools
+                # run on (their obligations keep the state true) while the floor is free:
+                # for a say() from inside a tool, or the answer to a new user message.
+                await asyncio.wait((task, speech._playout), return_when=asyncio.FIRST_COMPLETED)
             finally:
                 self._current = None
+
+    def _speech_ended(self, speech: SpeechHandle, _: object) -> None:
+        self._running.discard(speech)
 
     # ----------------------------------------------------------- one speech
 
