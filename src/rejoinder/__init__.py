@@ -43,12 +43,34 @@ from .session import (
 
 __version__ = "0.1.0"
 
+# Audio names pull in numpy: load them on first use so text-only programs start fast.
+_LAZY = {
+    "AudioFrame": "rejoinder.models.audio",
+    "AudioInput": "rejoinder.models.audio",
+    "AudioOutput": "rejoinder.models.audio",
+    "PlaybackFinished": "rejoinder.models.audio",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rejoinder' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 __all__ = [
     "LLM",
     "Agent",
     "AgentHandoff",
     "AgentSession",
     "AgentStateChangedEvent",
+    "AudioFrame",
+    "AudioInput",
+    "AudioOutput",
     "ChatChunk",
     "ChatContext",
     "ChatItem",
@@ -65,6 +87,7 @@ __all__ = [
     "MemoryTextOutput",
     "MetricsCollectedEvent",
     "ObligationExpiredError",
+    "PlaybackFinished",
     "RunContext",
     "RunResult",
     "SpeechCreatedEvent",

@@ -2,6 +2,7 @@
 
 from ..io.text import MemoryTextOutput
 from .clock import advance, now
+from .memory_audio import MemoryAudioInput, MemoryAudioOutput
 from .openai_chat_server import (
     CutConnection,
     ErrorReply,
@@ -19,6 +20,8 @@ __all__ = [
     "ErrorReply",
     "Fail",
     "Gate",
+    "MemoryAudioInput",
+    "MemoryAudioOutput",
     "MemoryTextOutput",
     "OpenAIChatServer",
     "Pause",

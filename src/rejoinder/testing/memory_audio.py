@@ -1,0 +1,151 @@
+"""In-memory audio I/O that plays and records in (virtual) real time.
+
+``MemoryAudioOutput`` keeps no playback task and sleeps per frame nowhere: a segment's
+audible span is computed from loop time (start, pauses, captured duration), and one timer
+fires at its end. That is exact on virtual time and costs nothing per frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from ..models.audio import AudioFrame, AudioInput, AudioOutput
+
+
+class MemoryAudioOutput(AudioOutput):
+    """Accepts frames instantly and "plays" them on the loop clock."""
+
+    def __init__(self, sample_rate: int = 24000, *, can_pause: bool = True) -> None:
+        super().__init__(sample_rate=sample_rate, can_pause=can_pause)
+        self.frames: list[AudioFrame] = []
+        """Every frame that was (at least partly) audible, in order."""
+        self.played_seconds = 0.0
+        self.segments: list[float] = []
+        """The audible duration of each finished segment."""
+        self._queued: list[AudioFrame] = []
+        self._duration = 0.0
+        self._started_at: float | None = None
+        self._paused_at: float | None = None
+        self._paused_for = 0.0
+        self._flushed = False
+        self._end_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def playing(self) -> bool:
+        return self._started_at is not None
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_at is not None
+
+    async def capture_frame(self, frame: AudioFrame) -> None:
+        if self.sample_rate is not None and frame.sample_rate != self.sample_rate:
+            raise ValueError(f"expected {self.sample_rate} Hz audio, got {frame.sample_rate} Hz")
+        if self._started_at is None:
+            self._started_at = self._now()
+            self._paused_for, self._flushed = 0.0, False
+            self._report_started()
+        self._queued.append(frame)
+        self._duration += frame.duration
+
+    def flush(self) -> None:
+        if self._started_at is None:
+            return
+        self._flushed = True
+        self._schedule_end()
+
+    def clear_buffer(self) -> None:
+        if self._started_at is not None:
+            self._finish(interrupted=True)
+
+    def pause(self) -> None:
+        if not self.can_pause:
+            super().pause()
+        if self._started_at is not None and self._paused_at is None:
+            self._paused_at = self._now()
+            self._cancel_end()
+
+    def resume(self) -> None:
+        if not self.can_pause:
+            super().resume()
+        if self._paused_at is not None:
+            self._paused_for += self._now() - self._paused_at
+            self._paused_at = None
+            self._schedule_end()
+
+    def position(self) -> float:
+        """Seconds of the current segment heard so far."""
+        if self._started_at is None:
+            return 0.0
+        until = self._paused_at if self._paused_at is not None else self._now()
+        return min(self._duration, max(0.0, until - self._started_at - self._paused_for))
+
+    def _schedule_end(self) -> None:
+        if not self._flushed or self._paused_at is not None or self._started_at is None:
+            return
+        self._cancel_end()
+        end = self._started_at + self._paused_for + self._duration
+        self._end_timer = asyncio.get_running_loop().call_at(end, self._finish, False)
+
+    def _cancel_end(self) -> None:
+        if self._end_timer is not None:
+            self._end_timer.cancel()
+            self._end_timer = None
+
+    def _finish(self, interrupted: bool) -> None:
+        position = self._duration if not interrupted else self.position()
+        self._cancel_end()
+        heard = 0.0
+        for frame in self._queued:
+            if heard >= position:
+                break
+            self.frames.append(frame)
+            heard += frame.duration
+        self.played_seconds += position
+        self.segments.append(position)
+        self._queued, self._duration = [], 0.0
+        self._started_at = self._paused_at = None
+        self._report_finished(position, interrupted)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+
+class MemoryAudioInput(AudioInput):
+    """A microphone a test feeds. Pushed audio is delivered in 20 ms frames, paced in
+    (virtual) real time like a real microphone."""
+
+    def __init__(self, sample_rate: int = 16000, *, frame_ms: int = 20) -> None:
+        self.sample_rate = sample_rate
+        self._frame_samples = sample_rate * frame_ms // 1000
+        self._queue: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
+
+    async def push(self, frame: AudioFrame) -> None:
+        """Deliver ``frame`` now, then let its duration pass."""
+        if frame.sample_rate != self.sample_rate:
+            raise ValueError(f"expected {self.sample_rate} Hz audio, got {frame.sample_rate} Hz")
+        self._queue.put_nowait(frame)
+        await asyncio.sleep(frame.duration)
+
+    async def push_pcm(self, pcm: bytes) -> None:
+        """16-bit mono PCM, split into frames and delivered in real time."""
+        data = AudioFrame.from_pcm(pcm, self.sample_rate).data
+        for start in range(0, data.shape[0], self._frame_samples):
+            chunk = data[start : start + self._frame_samples]
+            await self.push(AudioFrame(chunk, self.sample_rate))
+
+    async def push_silence(self, seconds: float) -> None:
+        samples = round(seconds * self.sample_rate)
+        zeros = np.zeros(samples, np.int16)
+        await self.push_pcm(zeros.tobytes())
+
+    def close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def __aiter__(self) -> AsyncIterator[AudioFrame]:
+        while (frame := await self._queue.get()) is not None:
+            yield frame
