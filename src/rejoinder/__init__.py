@@ -62,6 +62,7 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "LLM",
     "Agent",

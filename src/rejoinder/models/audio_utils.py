@@ -89,6 +89,4 @@ def resample(frame: AudioFrame, out_rate: int) -> AudioFrame:
         return frame
     shaped = frame.data.reshape(-1, frame.num_channels)
     out = soxr.resample(shaped, frame.sample_rate, out_rate)
-    return AudioFrame(
-        np.ascontiguousarray(out, np.int16).reshape(-1), out_rate, frame.num_channels
-    )
+    return AudioFrame(np.ascontiguousarray(out, np.int16).reshape(-1), out_rate, frame.num_channels)

@@ -27,7 +27,9 @@ from ..models import (
     StopResponse,
 )
 from ..models.chat import new_id
+from ..models.tts import TTSError
 from .agent import Agent
+from .delivery import AudioDelivery, Delivery, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
 from .speech import ReplyRequest, SpeechHandle
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
@@ -209,22 +211,23 @@ class AgentActivity:
     async def _run_speech(self, speech: SpeechHandle) -> None:
         reply = speech._reply_ob
         assert reply is not None
-        heard: list[str] = []
+        delivery = self._new_delivery(reply)
         runs: list[ToolCallRun] = []
         chained = False
         try:
-            await self._produce(speech, reply, heard, runs)
-            self._end_playout(speech, reply, heard, interrupted=False)
+            await self._produce(speech, reply, delivery, runs)
+            await delivery.finish()
+            self._end_playout(speech, reply, delivery, interrupted=False)
             if runs:
                 chained = await self._settle_tools(speech, runs)
         except asyncio.CancelledError:
-            self._abandon(speech, reply, heard, runs, "interrupted")
+            self._abandon(speech, reply, delivery, runs, "interrupted")
             raise
         except Exception as exc:
-            source = "llm" if isinstance(exc, LLMError) else "reply"
+            source = _error_source(exc)
             logger.warning("reply %s failed (%s): %s", speech.id, source, exc)
             self._session._emit_error(exc, source=source, recoverable=True)
-            self._abandon(speech, reply, heard, runs, "failed")
+            self._abandon(speech, reply, delivery, runs, "failed")
         finally:
             if not chained:
                 speech._mark_done()
@@ -233,13 +236,13 @@ class AgentActivity:
         self,
         speech: SpeechHandle,
         reply: Obligation,
-        heard: list[str],
+        delivery: Delivery,
         runs: list[ToolCallRun],
     ) -> None:
         request = speech._request
         if request is None:
             if speech._text:
-                await self._deliver(reply, speech._text, heard)
+                await delivery.push_text(speech._text)
             return
         if request.user_message is not None:
             try:
@@ -268,7 +271,7 @@ class AgentActivity:
                 if chunk.delta:
                     if first_token is None:
                         first_token = loop.time()
-                    await self._deliver(reply, chunk.delta, heard)
+                    await delivery.push_text(chunk.delta)
                 for request_call in chunk.tool_calls:
                     call = FunctionCall(
                         call_id=request_call.call_id or new_id("call"),
@@ -288,23 +291,29 @@ class AgentActivity:
             ),
         )
 
-    async def _deliver(self, reply: Obligation, text: str, heard: list[str]) -> None:
-        if not heard:
-            self._state.set_audible(reply, True)
-        heard.append(text)
-        output = self._session.output.transcription
-        if output is not None:
-            await output.capture_text(text)
+    def _new_delivery(self, reply: Obligation) -> Delivery:
+        output = self._session.output
+        tts = self._session.tts
+        if output.audio is None or tts is None:
+            return TextDelivery(self._state, reply, output.transcription)
+        return AudioDelivery(
+            self._state,
+            reply,
+            output.transcription,
+            tts=tts,
+            audio_output=output.audio,
+            spawn=self._spawn,
+        )
 
     def _end_playout(
-        self, speech: SpeechHandle, reply: Obligation, heard: list[str], *, interrupted: bool
+        self, speech: SpeechHandle, reply: Obligation, delivery: Delivery, *, interrupted: bool
     ) -> None:
         """Output of this speech is over: record what was heard, release its reply."""
-        output = self._session.output.transcription
-        if heard and output is not None:
-            output.flush()
+        if interrupted:
+            delivery.stop()
+        heard = delivery.heard()
         if heard:
-            message = ChatMessage(role="assistant", content="".join(heard), interrupted=interrupted)
+            message = ChatMessage(role="assistant", content=heard, interrupted=interrupted)
             self._commit(message, speech)
         self._state.close(reply, "interrupted" if interrupted else "played")
         speech._mark_playout_done()
@@ -313,7 +322,7 @@ class AgentActivity:
         self,
         speech: SpeechHandle,
         reply: Obligation,
-        heard: list[str],
+        delivery: Delivery,
         runs: list[ToolCallRun],
         outcome: str,
     ) -> None:
@@ -322,7 +331,7 @@ class AgentActivity:
         for run in inline:
             run.cancel()
         if reply.is_open:
-            self._end_playout(speech, reply, heard, interrupted=True)
+            self._end_playout(speech, reply, delivery, interrupted=True)
         for run in runs:
             if run.recorded and not run.answered:  # keep every call paired with an output
                 self._commit(run.output_if_abandoned(), speech)
@@ -423,3 +432,11 @@ class AgentActivity:
         message = ChatMessage(role="user", content=text)
         self._commit(message, None)
         return message
+
+
+def _error_source(exc: Exception) -> str:
+    if isinstance(exc, LLMError):
+        return "llm"
+    if isinstance(exc, TTSError):
+        return "tts"
+    return "reply"

@@ -12,6 +12,7 @@ from .openai_chat_server import (
     StreamReply,
 )
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
+from .scripted_tts import ScriptedTTS
 from .timeline import StateChange, StateTimeline
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "RawData",
     "ScriptedCall",
     "ScriptedLLM",
+    "ScriptedTTS",
     "StateChange",
     "StateTimeline",
     "StreamReply",

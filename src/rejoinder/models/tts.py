@@ -1,0 +1,65 @@
+"""Text to speech. A TTS turns one piece of text into audio frames.
+
+This is the non-streaming shape (text in, frames out); the session feeds it sentence by
+sentence as the model's text arrives (``SentenceSplitter``), so the first sentence is
+heard while the rest is still being generated.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+
+from .audio import AudioFrame
+
+
+class TTSError(Exception):
+    """Synthesis failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class TTS(ABC):
+    def __init__(self, *, sample_rate: int, num_channels: int = 1) -> None:
+        self.sample_rate = sample_rate
+        self.num_channels = num_channels
+
+    @abstractmethod
+    def synthesize(self, text: str) -> AsyncIterator[AudioFrame]:
+        """Stream the audio for ``text``. Raise ``TTSError`` while iterating on failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - most engines hold nothing to release
+        """Release resources. Idempotent."""
+
+
+# A sentence ends at . ! ? (optionally followed by closing quotes/brackets) and white
+# space; abbreviations such as "e.g. " split early, which only costs a little prosody.
+_SENTENCE_END = re.compile(r"""[.!?…]+["')\]]*\s+""")
+
+
+class SentenceSplitter:
+    """Cuts streamed text into sentences: ``push`` returns the ones completed so far,
+    ``flush`` the remainder. Very short fragments are kept for the next sentence."""
+
+    def __init__(self, min_chars: int = 12) -> None:
+        self._pending = ""
+        self._min_chars = min_chars
+
+    def push(self, text: str) -> list[str]:
+        self._pending += text
+        sentences: list[str] = []
+        start = 0
+        for match in _SENTENCE_END.finditer(self._pending):
+            candidate = self._pending[start : match.end()].strip()
+            if len(candidate) >= self._min_chars:
+                sentences.append(candidate)
+                start = match.end()
+        self._pending = self._pending[start:]
+        return sentences
+
+    def flush(self) -> str:
+        rest, self._pending = self._pending.strip(), ""
+        return rest

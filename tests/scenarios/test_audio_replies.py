@@ -1,0 +1,158 @@
+"""Replies through TTS and an audio output: `speaking` is what the user hears.
+
+Audio-output variants of SCENARIOS A1, A2 and A7, plus interruption bookkeeping.
+ScriptedTTS speaks 0.05 s per character; MemoryAudioOutput plays on loop time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import rejoinder as rj
+from rejoinder.testing import (
+    MemoryAudioOutput,
+    MemoryTextOutput,
+    ScriptedLLM,
+    ScriptedTTS,
+    StateTimeline,
+    ToolCall,
+    advance,
+)
+from rejoinder.testing import ScriptedLLM as LLM
+
+
+class Voice:
+    def __init__(self, session: rj.AgentSession[Any], tts: ScriptedTTS, audio: MemoryAudioOutput):
+        self.session, self.tts, self.audio = session, tts, audio
+        self.timeline = StateTimeline(session)
+        self.text = MemoryTextOutput()
+        session.output.transcription = self.text
+        self.errors: list[rj.ErrorEvent] = []
+        session.on("error", self.errors.append)
+
+
+async def voice_session(
+    llm: ScriptedLLM, *tools: rj.FunctionTool, tts: ScriptedTTS | None = None, rate: int = 24000
+) -> Voice:
+    tts = tts or ScriptedTTS(sample_rate=24000)
+    session: rj.AgentSession[Any] = rj.AgentSession(llm=llm, tts=tts, user_away_timeout=None)
+    audio = MemoryAudioOutput(rate)
+    session.output.audio = audio
+    voice = Voice(session, tts, audio)
+    await session.start(rj.Agent(instructions="t", tools=list(tools)))
+    return voice
+
+
+@rj.function_tool
+async def lookup() -> str:
+    """Look something up."""
+    await advance(3.0)
+    return "found"
+
+
+async def test_speaking_starts_when_audio_is_audible_not_when_text_exists() -> None:
+    tts = ScriptedTTS(latency=0.4)
+    v = await voice_session(LLM([["Hello there, friend."]]), tts=tts)
+    await v.session.run(user_input="hi")
+    assert v.timeline.agent_states() == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    duration = tts.duration_of("Hello there, friend.")
+    assert v.timeline.times_of("speaking") == [pytest.approx(0.4)]
+    assert v.timeline.times_of("listening")[-1] == pytest.approx(0.4 + duration)
+    assert v.audio.played_seconds == pytest.approx(duration)
+    await v.session.aclose()
+
+
+async def test_a1_audio_tool_follow_up_never_listening() -> None:
+    v = await voice_session(
+        LLM([["Let me check that.", ToolCall("lookup")], ["Found it."]]), lookup
+    )
+    await v.session.run(user_input="check")
+    first = v.tts.duration_of("Let me check that.")  # 0.9 s of audio, tool takes 3 s
+    assert v.timeline.agent_states() == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    assert v.timeline.times_of("thinking")[1] == pytest.approx(first)
+    assert v.timeline.times_of("speaking")[1] == pytest.approx(3.0)
+    v.timeline.assert_never("listening", between=(0.0, 3.0 + v.tts.duration_of("Found it.")))
+    await v.session.aclose()
+
+
+async def test_a7_queued_reply_keeps_speaking_while_audio_plays() -> None:
+    v = await voice_session(LLM([["This is a fairly long first answer."], ["Second answer."]]))
+    first = v.session.generate_reply(user_input="one")
+    await advance(0.5)
+    second = v.session.generate_reply(user_input="two")
+    await first
+    await second
+    end_first = v.tts.duration_of("This is a fairly long first answer.")
+    v.timeline.assert_never("thinking", between=(0.001, end_first - 0.001))
+    assert v.timeline.agent_states() == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    await v.session.aclose()
+
+
+async def test_interrupted_audio_records_only_what_was_heard() -> None:
+    text = "One two three four. Five six seven eight."
+    v = await voice_session(LLM([[text]]))
+    handle = v.session.generate_reply(user_input="count")
+    first = v.tts.duration_of("One two three four.")
+    await advance(first + 0.3)
+    await v.session.interrupt()
+    assert handle.interrupted
+    last = v.session.history.items[-1]
+    assert isinstance(last, rj.ChatMessage)
+    assert (last.content, last.interrupted) == ("One two three four. Five", True)
+    assert v.audio.segments == [pytest.approx(first + 0.3)]
+    assert v.session.agent_state == "listening"
+    await v.session.aclose()
+
+
+async def test_tts_resampled_to_the_output_rate() -> None:
+    tts = ScriptedTTS(sample_rate=16000)
+    v = await voice_session(LLM([["Resample me please."]]), tts=tts, rate=48000)
+    await v.session.run(user_input="x")
+    assert {f.sample_rate for f in v.audio.frames} == {48000}
+    assert v.audio.played_seconds == pytest.approx(tts.duration_of("Resample me please."), abs=0.01)
+    await v.session.aclose()
+
+
+async def test_tts_failure_ends_the_turn_with_an_error() -> None:
+    tts = ScriptedTTS(fail_on="boom")
+    v = await voice_session(LLM([["This works fine. Then boom."], ["Recovered now."]]), tts=tts)
+    await v.session.run(user_input="x")
+    assert [e.source for e in v.errors] == ["tts"]
+    assert v.session.agent_state == "listening"
+    result = await v.session.run(user_input="again")
+    assert result.final_output == "Recovered now."
+    await v.session.aclose()
+
+
+async def test_aclose_while_tts_hangs_is_bounded() -> None:
+    tts = ScriptedTTS(hang_on="forever")
+    v = await voice_session(LLM([["Say this forever."]]), tts=tts)
+    v.session.generate_reply(user_input="x")
+    await advance(1.0)
+    assert v.session.agent_state == "thinking"
+    await v.session.aclose()
+    assert v.session.agent_state == "listening"
