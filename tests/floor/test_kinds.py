@@ -42,6 +42,7 @@ TOOL = ObligationKind.TOOL
 DEFERRED = ObligationKind.DEFERRED_REPLY
 PREEMPTIVE = ObligationKind.PREEMPTIVE
 HOLD = ObligationKind.HOLD
+HANDOFF = ObligationKind.HANDOFF
 CONTINUATION = ObligationKind.PROVIDER_CONTINUATION
 BACKEND = ObligationKind.BACKEND_RESPONSE
 ANSWER = ObligationKind.ANSWER
@@ -295,6 +296,19 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(1.0, open_("H", HOLD, committed=True), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(HOLD, 1.0))], "thinking"),
         Step(9.0, close("H", "released"), [Agent("thinking", "listening", 9.0), Arm(9.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
+    # handoff -----------------------------------------------------------------------------
+    "handoff: a tool hands the user over; the new agent's greeting takes the debt over": [
+        *TOOL_INSIDE_REPLY,
+        Step(5.0, hand_over("T", "H", HANDOFF), [Watchdog(due(HANDOFF, 5.0))], "thinking"),
+        Step(6.0, hand_over("H", "G", REPLY), [Watchdog(due(REPLY, 6.0))], "thinking"),
+        Step(6.5, audible("G"), [Agent("thinking", "speaking", 6.5)], "speaking"),
+        Step(8.0, close("G"), [Agent("speaking", "listening", 8.0), Arm(8.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
+    "handoff: the new agent enters silently": [
+        *TOOL_INSIDE_REPLY,
+        Step(5.0, hand_over("T", "H", HANDOFF), [Watchdog(due(HANDOFF, 5.0))], "thinking"),
+        Step(7.0, close("H", "entered"), [Agent("thinking", "listening", 7.0), Arm(7.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
     # provider kinds ----------------------------------------------------------------------
     "provider_continuation: tool output -> backend -> answer -> reply": [
         *TOOL_INSIDE_REPLY,
@@ -385,7 +399,7 @@ def test_expired_answer_outcome() -> None:
 
 # ------------------------------------------------------------------- per-kind defaults
 
-COMMITTED_KINDS = [REPLY, TOOL, DEFERRED, CONTINUATION, BACKEND, ANSWER]
+COMMITTED_KINDS = [REPLY, TOOL, DEFERRED, HANDOFF, CONTINUATION, BACKEND, ANSWER]
 UNCOMMITTED_KINDS = [PREEMPTIVE, HOLD]
 
 

@@ -22,6 +22,7 @@ class ObligationKind(StrEnum):
     DEFERRED_REPLY = "deferred_reply"
     PREEMPTIVE = "preemptive"
     HOLD = "hold"
+    HANDOFF = "handoff"
     PROVIDER_CONTINUATION = "provider_continuation"
     BACKEND_RESPONSE = "backend_response"
     ANSWER = "answer"
@@ -62,6 +63,11 @@ KINDS: dict[ObligationKind, KindSpec] = {
         committed=False,
         watchdog=3600.0,
         closed_by="released by the application",
+    ),
+    ObligationKind.HANDOFF: KindSpec(
+        committed=True,
+        watchdog=60.0,
+        closed_by="the new agent entered (its on_enter returned; what it says is a reply)",
     ),
     ObligationKind.PROVIDER_CONTINUATION: KindSpec(
         committed=True,
