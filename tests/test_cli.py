@@ -151,7 +151,7 @@ async def test_timer_result_is_spoken_later_as_a_deferred_reply() -> None:
     finished = times["background tool finished: set_timer → Timer for 3 seconds is done"]
     assert finished - started == pytest.approx(3.0, abs=0.01)
     # Once the result landed, the agent owed a reply: thinking, then speaking it.
-    after = agent_states(lines[end_of_input : done + 2])
+    after = agent_states(lines[end_of_input : done + 3])
     assert after == [("listening", "thinking"), ("thinking", "speaking"), ("speaking", "listening")]
 
 

@@ -158,18 +158,23 @@ def _print_error(message: str, stream: TextIO | None = None) -> None:
 
 class Console:
     """The one stream everything is printed to. It remembers whether a reply line is still
-    open, so a status line never lands in the middle of one."""
+    open: a status line that comes while one is (``speaking`` is reported once the first
+    words were shown) waits and prints right after that line ends."""
 
     def __init__(self, stream: TextIO, *, color: bool) -> None:
         self._stream = stream
         self.color = color
         self._at_line_start = True
+        self._waiting: list[str] = []
 
     # The file-like part, for ConsoleTextOutput.
     def write(self, text: str) -> int:
         if text:
             self._stream.write(text)
             self._at_line_start = text.endswith("\n")
+            if self._at_line_start and self._waiting:
+                waiting, self._waiting = self._waiting, []
+                self._stream.write("".join(waiting))
         return len(text)
 
     def flush(self) -> None:
@@ -185,7 +190,11 @@ class Console:
         self.flush()
 
     def status(self, seconds: float, text: str, *codes: str) -> None:
-        self.line(self.style(f"  [{seconds:7.3f}s] {text}", *(codes or (_DIM,))))
+        line = self.style(f"  [{seconds:7.3f}s] {text}", *(codes or (_DIM,)))
+        if not self._at_line_start:
+            self._waiting.append(line + "\n")
+            return
+        self.line(line)
 
 
 # --------------------------------------------------------------------- the run

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Coroutine
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-from ..floor import Obligation, ObligationKind
+from ..floor import SESSION_OWNER, Obligation, ObligationKind
 from ..models import (
     ChatContext,
     ChatItem,
@@ -45,7 +45,9 @@ _ids = itertools.count(1)
 
 
 class AgentActivity:
-    def __init__(self, agent: Agent, session: AgentSession[Any]) -> None:
+    def __init__(
+        self, agent: Agent, session: AgentSession[Any], *, inherited: Obligation | None = None
+    ) -> None:
         self.agent = agent
         self.id = f"activity_{next(_ids)}_{agent.id}"
         self._session = session
@@ -59,6 +61,13 @@ class AgentActivity:
         self._running: set[SpeechHandle] = set()
         """Speeches whose task runs: delivering output, or waiting on their tools."""
         self._tg: asyncio.TaskGroup | None = None
+        self._closed = False
+        self._inherited = inherited
+        """A debt handed to this agent (a handoff): its first speech takes it over."""
+        self.entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Resolves once ``on_enter`` has returned (or failed)."""
+        self.stopped: asyncio.Future[None] | None = None
+        """Set by the session while it stops this activity."""
         self._system_message: ChatMessage | None = None
         self._tools = ToolRunner(
             session=session,
@@ -77,10 +86,11 @@ class AgentActivity:
                 self._tg = tg
                 self._state.set_current(self.id)
                 ready.set_result(None)
-                tg.create_task(self._call_hook(self.agent.on_enter(), "on_enter"))
+                tg.create_task(self._enter())
                 await self._schedule_forever()
         finally:
             self._tg = None
+            self._closed = True
             self._drop_queue()
             self._state.remove_owner(self.id)
 
@@ -93,6 +103,13 @@ class AgentActivity:
             coro.close()
             raise RuntimeError(f"{self.agent.id} is not running")
         return self._tg.create_task(coro)
+
+    async def _enter(self) -> None:
+        try:
+            await self._call_hook(self.agent.on_enter(), "on_enter")
+        finally:
+            if not self.entered.done():
+                self.entered.set_result(None)
 
     async def _call_hook(self, hook: Awaitable[None], name: str) -> None:
         try:
@@ -115,6 +132,8 @@ class AgentActivity:
         uncommit: list[Obligation] | None = None,
         priority: int = _NORMAL,
     ) -> SpeechHandle:
+        if self._closed:
+            raise RuntimeError(f"{self.agent.id} is no longer the current agent")
         if allow_interruptions is None:
             allow_interruptions = self.agent.allow_interruptions
         if allow_interruptions is None:
@@ -127,6 +146,9 @@ class AgentActivity:
             request=request,
         )
         reply = self._state.new(ObligationKind.REPLY, self.id, label=f"{source} {handle.id}")
+        if self._inherited is not None:
+            hand_over_from = [*(hand_over_from or []), self._inherited]
+            self._inherited = None
         expire = lambda: handle._interrupt()  # noqa: E731 - the watchdog stops a stuck reply
         if hand_over_from or uncommit:
             self._state.hand_over(
@@ -205,10 +227,16 @@ class AgentActivity:
 
     def _speech_ended(self, speech: SpeechHandle, _: object) -> None:
         self._running.discard(speech)
+        if not speech._started and not speech.done():
+            # Cancelled before its first step: _run_speech never ran its cleanup.
+            if speech._reply_ob is not None:
+                self._state.close(speech._reply_ob, "interrupted")
+            speech._mark_done()
 
     # ----------------------------------------------------------- one speech
 
     async def _run_speech(self, speech: SpeechHandle) -> None:
+        speech._started = True
         reply = speech._reply_ob
         assert reply is not None
         delivery = self._new_delivery(reply)
@@ -330,12 +358,18 @@ class AgentActivity:
         inline = [run for run in runs if not run.released]
         for run in inline:
             run.cancel()
-        if reply.is_open:
+        if not speech._playout.done():  # the watchdog may have closed the reply already
             self._end_playout(speech, reply, delivery, interrupted=True)
         for run in runs:
-            if run.recorded and not run.answered:  # keep every call paired with an output
+            # Every call that started is on record, paired with an output: a tool that
+            # ran (booked a flight) must not be run again by the next request.
+            if not run.recorded:
+                self._commit(run.call, speech)
+                run.recorded = True
+            if not run.answered:
                 self._commit(run.output_if_abandoned(), speech)
                 run.answered = True
+            self._deliver_pending_final(run)
         released = [run.obligation for run in runs if run.released]
         self._state.close([run.obligation for run in inline], outcome, uncommit=released)
 
@@ -349,6 +383,8 @@ class AgentActivity:
         for run, outcome in zip(runs, outcomes, strict=True):
             self._commit(outcome.output, speech)
             run.answered = True
+        for run in runs:
+            self._deliver_pending_final(run)
         self._session._events.emit(
             "function_tools_executed",
             FunctionToolsExecutedEvent(
@@ -360,9 +396,14 @@ class AgentActivity:
         handoff = next((o.handoff for o in outcomes if o.handoff is not None), None)
         request = speech._request
         if handoff is not None:
-            self._state.close(finished, uncommit=background)
-            self._session.update_agent(handoff)
-            return False
+            # The user was handed over: the new agent owes the answer. A handoff
+            # obligation carries that debt across on_exit/on_enter (no listening gap),
+            # and this handle resolves once the new agent has entered.
+            owed = self._state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=handoff.id)
+            self._state.hand_over(finished, owed, uncommit=background)
+            entered = self._session._hand_off(handoff, owed)
+            entered.add_done_callback(lambda _: speech._mark_done())
+            return True
         # At max_tool_steps the model was offered no tools; a call it makes anyway is
         # answered with an error and the turn ends, so the rounds are exactly bounded.
         if (
@@ -388,6 +429,11 @@ class AgentActivity:
     def _background_tool_finished(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
         """A released tool returned: its result goes into the context and, when a reply
         is owed, the tool obligation hands over to a ``deferred_reply`` one."""
+        if not run.answered:
+            # Its call and interim result are not on record yet (the reply carrying it
+            # is still being delivered): the final result waits to come after them.
+            run.pending_final = outcome
+            return
         final_call = FunctionCall(
             call_id=f"{run.call.call_id}_final", name=run.call.name, arguments=run.call.arguments
         )
@@ -399,6 +445,10 @@ class AgentActivity:
         )
         self._commit(final_call, None)
         self._commit(final_output, None)
+        if outcome.handoff is not None:
+            self._state.close(run.obligation)
+            self._session.update_agent(outcome.handoff)
+            return
         if not outcome.reply_required:
             self._state.close(run.obligation)
             return
@@ -406,6 +456,11 @@ class AgentActivity:
         self._state.hand_over(run.obligation, deferred)
         self._deferred.append(deferred)
         self._wake.set()
+
+    def _deliver_pending_final(self, run: ToolCallRun) -> None:
+        if run.pending_final is not None:
+            outcome, run.pending_final = run.pending_final, None
+            self._background_tool_finished(run, outcome)
 
     def _create_deferred_reply(self) -> None:
         """One reply for every result that landed since the last one (coalescing)."""

@@ -31,9 +31,9 @@ class Delivery(ABC):
         self._parts: list[str] = []
 
     async def push_text(self, text: str) -> None:
-        self._parts.append(text)
         if self._text_output is not None:
             await self._text_output.capture_text(text)
+        self._parts.append(text)  # only once the output took it
 
     @abstractmethod
     async def finish(self) -> None:
@@ -54,9 +54,9 @@ class Delivery(ABC):
 
 class TextDelivery(Delivery):
     async def push_text(self, text: str) -> None:
-        if not self._parts:
-            self._state.set_audible(self._reply, True)
         await super().push_text(text)
+        # Audible once the sink returned: its contract is that the user can now see it.
+        self._state.set_audible(self._reply, True)
 
     async def finish(self) -> None:
         self._end_text_segment()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
+from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
 from ..io.text import TextOutput
 from ..models import LLM, AgentHandoff, ChatContext, ChatItem
 from .activity import AgentActivity
@@ -107,7 +107,8 @@ class AgentSession(Generic[Userdata]):
         self._activity_task: asyncio.Task[None] | None = None
         self._root: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None
-        self._closing: asyncio.Future[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self._handoff_lock = asyncio.Lock()
 
     # -------------------------------------------------------------- reading
 
@@ -183,61 +184,98 @@ class AgentSession(Generic[Userdata]):
         finally:
             self._tg = None
 
-    async def _start_activity(self, agent: Agent) -> None:
+    async def _start_activity(
+        self, agent: Agent, *, handoff_from: str | None = None, owed: Obligation | None = None
+    ) -> None:
         if self._tg is None:
             raise RuntimeError("the session is not running")
         agent._session = self
-        activity = AgentActivity(agent, self)
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        activity = AgentActivity(agent, self, inherited=owed)
         self._activity = activity
+        if handoff_from is not None:
+            # Recorded once the new agent is in place: anything said in reaction to the
+            # handoff is queued to the agent that will say it.
+            self._record(AgentHandoff(old_agent_id=handoff_from, new_agent_id=agent.id))
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._activity_task = self._tg.create_task(activity.run(ready))
         await ready
 
     async def _stop_activity(self) -> None:
+        """Exit the current agent: ``on_exit`` once, then cancel its scope (both bounded).
+        A second caller waits for the first one's stop."""
         activity, task = self._activity, self._activity_task
         if activity is None or task is None:
             return
-        await self._bounded(activity.agent.on_exit(), f"{activity.agent.id}.on_exit")
-        task.cancel()
-        await self._bounded(asyncio.wait((task,)), f"stopping {activity.agent.id}")
-        activity.agent._session = None
+        if activity.stopped is not None:
+            await asyncio.shield(activity.stopped)
+            return
+        activity.stopped = asyncio.get_running_loop().create_future()
+        try:
+            await self._bounded(activity.agent.on_exit(), f"{activity.agent.id}.on_exit")
+            task.cancel()
+            await self._bounded(asyncio.wait((task,)), f"stopping {activity.agent.id}")
+        finally:
+            activity.agent._session = None
+            activity.stopped.set_result(None)
 
-    def update_agent(self, agent: Agent) -> None:
-        """Hand the conversation to ``agent`` (the old one exits first)."""
+    def update_agent(self, agent: Agent) -> asyncio.Future[None]:
+        """Hand the conversation to ``agent`` (the old one exits first). Handoffs run one
+        at a time, in order; the returned future resolves once ``agent`` has entered."""
+        return self._hand_off(agent, None)
+
+    def _hand_off(self, agent: Agent, owed: Obligation | None) -> asyncio.Future[None]:
+        """``owed``: a committed obligation the handoff carries (a tool handed the user
+        over, so the new agent owes the answer). It closes once the new agent entered."""
         if self._tg is None:
             raise RuntimeError("the session is not running")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def switch() -> None:
-            old_id = None if self._activity is None else self._activity.agent.id
-            await self._stop_activity()
-            if not self._is_closing():
-                self._record(AgentHandoff(old_agent_id=old_id, new_agent_id=agent.id))
-                await self._start_activity(agent)
+            async with self._handoff_lock:
+                if self._is_closing():
+                    return
+                old = self._activity
+                await self._stop_activity()
+                if self._is_closing():
+                    return
+                await self._start_activity(
+                    agent, handoff_from=old.agent.id if old else None, owed=owed
+                )
+                assert self._activity is not None
+                await self._bounded(self._activity.entered, f"{agent.id}.on_enter")
 
-        self._tg.create_task(switch())
+        def finished(_: object) -> None:
+            # Also runs when the switch was cancelled before it started (session closing).
+            if owed is not None and self._turn_state_ is not None:
+                self._turn_state_.close(owed, "entered")
+            if not done.done():
+                done.set_result(None)
+
+        self._tg.create_task(switch()).add_done_callback(finished)
+        return done
 
     async def aclose(self) -> None:
-        """Stop everything, bounded by ``close_timeout`` per step, even if work hangs."""
-        if self._closing is not None:
-            await asyncio.shield(self._closing)
-            return
-        self._closing = asyncio.get_running_loop().create_future()
-        try:
-            await self._stop_activity()
-            if self._root is not None:
-                self._root.cancel()
-                await self._bounded(asyncio.wait((self._root,)), "closing the session")
-            if self._turn_state_ is not None:
-                self._turn_state_.close_all()
-                self._turn_state_.shutdown()
-            self._events.emit("close", CloseEvent(reason="closed"))
-        finally:
-            self._closing.set_result(None)
+        """Stop everything, bounded by ``close_timeout`` per step, even if work hangs.
+        Safe to call from inside a tool or hook: the close runs in its own task, which
+        the agent being stopped does not own."""
+        if self._close_task is None:
+            self._close_task = asyncio.get_running_loop().create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        await self._stop_activity()
+        if self._root is not None:
+            self._root.cancel()
+            await self._bounded(asyncio.wait((self._root,)), "closing the session")
+        if self._turn_state_ is not None:
+            self._turn_state_.close_all()
+            self._turn_state_.shutdown()
+        self._events.emit("close", CloseEvent(reason="closed"))
 
     async def drain(self, timeout: float = 60.0) -> None:  # noqa: ASYNC109 - a bound, not I/O
         """Let everything owed finish (replies, tools, deferred results), then close.
         Gives up waiting after ``timeout`` seconds and closes anyway."""
-        if self._turn_state_ is not None and self._closing is None:
+        if self._turn_state_ is not None and not self._is_closing():
             await self._bounded(self._turn_state.nothing_open(), "draining", timeout)
         await self.aclose()
 
@@ -322,7 +360,7 @@ class AgentSession(Generic[Userdata]):
         return self._activity
 
     def _is_closing(self) -> bool:
-        return self._closing is not None
+        return self._close_task is not None
 
     def _record(self, item: ChatItem) -> None:
         self._history.append(item)

@@ -50,6 +50,7 @@ class SpeechHandle:
         self._done: asyncio.Future[None] = loop.create_future()
         self._follow_up: SpeechHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._started = False
         self._reply_ob: Obligation | None = None
         self._on_discard: Callable[[], None] | None = None
         """Set by the scheduler: how to drop this speech while it is still queued."""

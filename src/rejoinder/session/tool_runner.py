@@ -45,6 +45,8 @@ class ToolCallRun:
     recorded: bool = False
     """The call is in the chat history, so an output must follow it there."""
     answered: bool = False
+    pending_final: ToolOutcome | None = None
+    """A released call's final result that landed before its call was on record."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def output_if_abandoned(self) -> FunctionCallOutput:
@@ -129,9 +131,10 @@ class ToolRunner:
 
     def _finish(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
         if not run.released:
-            if not outcome.reply_required:
+            if not outcome.reply_required and outcome.handoff is None:
                 # Nothing will follow from this call: the debt ends now, not when the
-                # reply that carried it has been delivered.
+                # reply that carried it has been delivered. (A handoff's debt goes on:
+                # the new agent will answer.)
                 self._state.close(run.obligation)
             if not run.first.done():
                 run.first.set_result(outcome)
