@@ -132,4 +132,4 @@ async def test_memory_input_delivers_frames_in_real_time() -> None:
     mic.close()
     await task
     assert [n for _, n in received] == [320] * 5
-    assert [t for t, _ in received] == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08])
+    assert [t for t, _ in received] == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.1])

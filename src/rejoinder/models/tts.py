@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from .audio import AudioFrame
+if TYPE_CHECKING:
+    from .audio import AudioFrame  # numpy: imported only where audio flows
 
 
 class TTSError(Exception):

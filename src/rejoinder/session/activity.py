@@ -29,7 +29,7 @@ from ..models import (
 from ..models.chat import new_id
 from ..models.tts import TTSError
 from .agent import Agent
-from .delivery import AudioDelivery, Delivery, TextDelivery
+from .delivery import Delivery, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
 from .speech import ReplyRequest, SpeechHandle
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
@@ -324,6 +324,8 @@ class AgentActivity:
         tts = self._session.tts
         if output.audio is None or tts is None:
             return TextDelivery(self._state, reply, output.transcription)
+        from .audio_delivery import AudioDelivery  # numpy and soxr, only when speaking aloud
+
         return AudioDelivery(
             self._state,
             reply,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
 from ..io.text import TextOutput
@@ -31,6 +31,12 @@ from .events import (
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
 from .turn_state import TurnState
+from .user_turns import UserTurns
+
+if TYPE_CHECKING:
+    from ..models.stt import STT
+    from ..models.tts import TTS
+    from ..models.vad import VAD
 
 logger = logging.getLogger("rejoinder")
 
@@ -47,6 +53,10 @@ class SessionOptions:
     user_away_timeout: float | None
     max_tool_steps: int
     close_timeout: float
+    turn_detection: Literal["vad", "manual"]
+    min_interruption_words: int
+    resume_false_interruption: bool
+    false_interruption_timeout: float
 
 
 class SessionInput:
@@ -65,9 +75,9 @@ class AgentSession(Generic[Userdata]):
         self,
         *,
         llm: LLM | None = None,
-        stt: Any = None,
-        tts: Any = None,
-        vad: Any = None,
+        stt: STT | None = None,
+        tts: TTS | None = None,
+        vad: VAD | None = None,
         allow_interruptions: bool = True,
         min_interruption_duration: float = 0.5,
         min_endpointing_delay: float = 0.5,
@@ -75,6 +85,10 @@ class AgentSession(Generic[Userdata]):
         preemptive_generation: bool = False,
         user_away_timeout: float | None = 15.0,
         max_tool_steps: int = 3,
+        turn_detection: Literal["vad", "manual"] = "vad",
+        min_interruption_words: int = 0,
+        resume_false_interruption: bool = True,
+        false_interruption_timeout: float = 2.0,
         userdata: Userdata | None = None,
         obligation_timeouts: Mapping[str, float] | None = None,
         close_timeout: float = 5.0,
@@ -94,6 +108,10 @@ class AgentSession(Generic[Userdata]):
             user_away_timeout=user_away_timeout,
             max_tool_steps=max_tool_steps,
             close_timeout=close_timeout,
+            turn_detection=turn_detection,
+            min_interruption_words=min_interruption_words,
+            resume_false_interruption=resume_false_interruption,
+            false_interruption_timeout=false_interruption_timeout,
         )
         # Validates kinds and values now, not at start().
         self._floor = Floor(user_away_timeout=user_away_timeout, watchdogs=obligation_timeouts)
@@ -109,6 +127,7 @@ class AgentSession(Generic[Userdata]):
         self._tg: asyncio.TaskGroup | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._handoff_lock = asyncio.Lock()
+        self._user_turns: UserTurns | None = None
 
     # -------------------------------------------------------------- reading
 
@@ -169,6 +188,39 @@ class AgentSession(Generic[Userdata]):
         await ready
         self._turn_state.start()
         await self._start_activity(agent)
+        self._start_listening()
+
+    def _start_listening(self) -> None:
+        """Run the microphone side when there is a microphone to listen to."""
+        if self.input.audio is None:
+            return
+        if self.vad is None or self.stt is None:
+            raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
+        assert self._tg is not None
+        self._user_turns = UserTurns(self, self.vad, self.stt)
+        self._tg.create_task(self._user_turns.run(self.input.audio))
+
+    def commit_user_turn(self) -> None:
+        """End the user's turn now (manual turn control)."""
+        if self._user_turns is not None:
+            self._user_turns.commit()
+
+    def clear_user_turn(self) -> None:
+        """Drop what the user said in the turn in progress."""
+        if self._user_turns is not None:
+            self._user_turns.clear()
+
+    def _user_turn_completed(self, text: str) -> None:
+        activity = self._activity
+        if activity is None or self._is_closing():
+            return
+        current = activity.current_speech
+        if current is not None and not current.done() and not current.allow_interruptions:
+            # Nothing is kept for later: a stale answer after the speech would be wrong.
+            logger.info("user turn %r discarded: it ended during an uninterruptible reply", text)
+            return
+        activity.interrupt()
+        self._reply_to_user(text, source="user_turn", report_transcript=False)
 
     async def _supervise(self, ready: asyncio.Future[None]) -> None:
         """The session's scope. It runs until ``aclose`` cancels it."""
@@ -304,20 +356,42 @@ class AgentSession(Generic[Userdata]):
         instructions: str | None = None,
         allow_interruptions: bool | None = None,
     ) -> SpeechHandle:
-        activity = self._running_activity()
-        user_message = None
-        if user_input is not None:
-            self._turn_state.user_activity()
-            # Typed input is what the user said, final: report it like a transcript.
-            self._events.emit(
-                "user_input_transcribed", UserInputTranscribedEvent(user_input, is_final=True)
+        if user_input is None:
+            return self._running_activity().create_speech(
+                source="generate_reply",
+                request=ReplyRequest(instructions=instructions),
+                allow_interruptions=allow_interruptions,
             )
-            user_message = activity.add_user_message(user_input)
-        return activity.create_speech(
+        # Typed input is what the user said, final: report it like a transcript.
+        return self._reply_to_user(
+            user_input,
             source="generate_reply",
-            request=ReplyRequest(user_message=user_message, instructions=instructions),
+            report_transcript=True,
+            instructions=instructions,
             allow_interruptions=allow_interruptions,
-            user_initiated=user_input is not None,
+        )
+
+    def _reply_to_user(
+        self,
+        text: str,
+        *,
+        source: str,
+        report_transcript: bool,
+        instructions: str | None = None,
+        allow_interruptions: bool | None = None,
+    ) -> SpeechHandle:
+        activity = self._running_activity()
+        self._turn_state.user_activity()
+        if report_transcript:
+            self._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
+            )
+        message = activity.add_user_message(text)
+        return activity.create_speech(
+            source=source,
+            request=ReplyRequest(user_message=message, instructions=instructions),
+            allow_interruptions=allow_interruptions,
+            user_initiated=True,
         )
 
     async def run(self, *, user_input: str) -> RunResult:

@@ -11,6 +11,7 @@ from .openai_chat_server import (
     RawData,
     StreamReply,
 )
+from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .scripted_tts import ScriptedTTS
 from .timeline import StateChange, StateTimeline
@@ -29,11 +30,14 @@ __all__ = [
     "RawData",
     "ScriptedCall",
     "ScriptedLLM",
+    "ScriptedSTT",
     "ScriptedTTS",
+    "ScriptedVAD",
     "StateChange",
     "StateTimeline",
     "StreamReply",
     "ToolCall",
     "advance",
     "now",
+    "speech_frame",
 ]

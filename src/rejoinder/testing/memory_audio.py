@@ -125,11 +125,12 @@ class MemoryAudioInput(AudioInput):
         self._queue: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
 
     async def push(self, frame: AudioFrame) -> None:
-        """Deliver ``frame`` now, then let its duration pass."""
+        """Let ``frame``'s duration pass, then deliver it: like a real microphone, a frame
+        is available once it has been captured."""
         if frame.sample_rate != self.sample_rate:
             raise ValueError(f"expected {self.sample_rate} Hz audio, got {frame.sample_rate} Hz")
-        self._queue.put_nowait(frame)
         await asyncio.sleep(frame.duration)
+        self._queue.put_nowait(frame)
 
     async def push_pcm(self, pcm: bytes) -> None:
         """16-bit mono PCM, split into frames and delivered in real time."""

@@ -1,0 +1,48 @@
+"""Speech to text. A recognizer gets one utterance of audio and returns its transcript.
+
+This is the non-streaming shape: the session segments the microphone with the VAD and
+hands each utterance over when the user stops speaking. A streaming recognizer also
+reports interim transcripts while the user speaks (``StreamingSTT``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .audio import AudioFrame  # numpy: imported only where audio flows
+
+
+class STTError(Exception):
+    """Recognition failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class STT(ABC):
+    @abstractmethod
+    async def recognize(self, frames: Sequence[AudioFrame]) -> str:
+        """Transcribe one utterance ("" when nothing intelligible was said)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - most recognizers hold nothing to release
+        """Release resources. Idempotent."""
+
+
+class StreamingSTT(STT):
+    """A recognizer that also hears the utterance as it is spoken.
+
+    ``push`` is called with each frame of an utterance (inline, so keep it cheap: buffer
+    and hand off); interim transcripts go to ``on_interim``. ``recognize`` is still what
+    produces the final transcript when the utterance ends.
+    """
+
+    @abstractmethod
+    def push(self, frame: AudioFrame, on_interim: Callable[[str], None]) -> None: ...
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Drop the utterance in progress."""

@@ -1,0 +1,259 @@
+"""UserTurns: the microphone side. VAD → user speaking, barge-in and false interruptions;
+STT → transcripts; endpointing → one committed user turn at a time.
+
+Per frame it does the least it can: one synchronous VAD push, a list append while the
+user speaks (or a ring-buffer append before), and the recognizer's own ``push`` when it
+streams. Everything else happens on VAD events and timers.
+
+Interruptions. When the user starts speaking over an interruptible reply that is
+audible, the reply is *paused* and *yielded* (the agent reports ``listening`` while the
+user talks). If the speech lasts ``min_interruption_duration`` (and has
+``min_interruption_words``, when set), the reply is interrupted. If it was only a noise,
+the reply resumes after ``false_interruption_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from collections.abc import AsyncIterable
+from typing import TYPE_CHECKING, Any
+
+from ..models.stt import STT, StreamingSTT
+from .events import UserInputTranscribedEvent
+
+if TYPE_CHECKING:
+    from ..models.audio import AudioFrame
+    from ..models.vad import VAD, VADEvent
+    from .session import AgentSession
+    from .speech import SpeechHandle
+
+logger = logging.getLogger("rejoinder")
+
+_PREROLL_SECONDS = 0.5  # audio kept from before speech was confirmed (word onsets)
+_SENTENCE_FINAL = re.compile(r"[.!?…]['\")\]]*\s*$")
+
+
+class UserTurns:
+    def __init__(self, session: AgentSession[Any], vad: VAD, stt: STT) -> None:
+        self._session = session
+        self._vad = vad.stream()
+        self._stt = stt
+        self._streaming = isinstance(stt, StreamingSTT)
+        self._preroll: deque[AudioFrame] = deque()
+        self._preroll_seconds = 0.0
+        self._utterance: list[AudioFrame] = []
+        self._transcript: list[str] = []
+        self._interim = ""
+        self._recognizing = 0
+        self._ended_at: float | None = None
+        self._commit_timer: asyncio.TimerHandle | None = None
+        self._barge_in_timer: asyncio.TimerHandle | None = None
+        self._resume_timer: asyncio.TimerHandle | None = None
+        self._paused: SpeechHandle | None = None
+        self._awaiting_words: SpeechHandle | None = None
+        self.manual = session.options.turn_detection == "manual"
+
+    # ------------------------------------------------------------ the frame path
+
+    async def run(self, microphone: AsyncIterable[AudioFrame]) -> None:
+        try:
+            async for frame in microphone:
+                self.push(frame)
+        finally:
+            self._cancel_timers()
+
+    def push(self, frame: AudioFrame) -> None:
+        events = self._vad.push(frame)
+        if self._vad.speaking or events:
+            self._utterance.append(frame)
+            if self._streaming:
+                self._stt.push(frame, self._on_interim)  # type: ignore[attr-defined]
+        else:
+            self._preroll.append(frame)
+            self._preroll_seconds += frame.duration
+            while self._preroll_seconds > _PREROLL_SECONDS:
+                self._preroll_seconds -= self._preroll.popleft().duration
+        for event in events:
+            if event.type == "start_of_speech":
+                self._speech_started(event)
+            else:
+                self._speech_ended(event)
+
+    # -------------------------------------------------------------- VAD events
+
+    def _speech_started(self, event: VADEvent) -> None:
+        self._utterance[:0] = self._preroll
+        self._preroll.clear()
+        self._preroll_seconds = 0.0
+        state = self._session._turn_state
+        state.set_user_speaking(True)
+        self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
+        self._cancel(self._resume_timer)
+        speech = self._interruptible_speech()
+        if speech is None:
+            return
+        audio = self._session.output.audio
+        options = self._session.options
+        reply = speech._reply_ob
+        if (
+            options.resume_false_interruption
+            and audio is not None
+            and audio.can_pause
+            and reply is not None
+            and reply.audible
+            and self._paused is None
+        ):
+            audio.pause()
+            state.set_yielded(reply, True)
+            self._paused = speech
+        wait = max(0.0, options.min_interruption_duration - event.speech_duration)
+        self._cancel(self._barge_in_timer)
+        self._barge_in_timer = asyncio.get_running_loop().call_later(
+            wait, self._barge_in_due, speech
+        )
+
+    def _speech_ended(self, event: VADEvent) -> None:
+        self._session._turn_state.set_user_speaking(False)
+        if self._barge_in_timer is not None:
+            # Shorter than min_interruption_duration: maybe only a noise.
+            self._cancel(self._barge_in_timer)
+            self._barge_in_timer = None
+            if self._paused is not None:
+                self._resume_timer = asyncio.get_running_loop().call_later(
+                    self._session.options.false_interruption_timeout, self._resume_paused
+                )
+        frames, self._utterance = self._utterance, []
+        # The user stopped when the silence began, not when the VAD was sure of it.
+        self._ended_at = asyncio.get_running_loop().time() - event.silence_duration
+        self._recognize(frames)
+
+    # ------------------------------------------------------------ interruptions
+
+    def _interruptible_speech(self) -> SpeechHandle | None:
+        activity = self._session._activity
+        if activity is None:
+            return None
+        speech = activity.current_speech
+        if speech is not None and not speech.done() and speech.allow_interruptions:
+            return speech
+        return None
+
+    def _barge_in_due(self, speech: SpeechHandle) -> None:
+        self._barge_in_timer = None
+        needed = self._session.options.min_interruption_duration - self._vad.speech_seconds
+        if needed > 1e-6 and self._vad.speaking:
+            # The user paused within the utterance: only speech counts toward the rule.
+            self._barge_in_timer = asyncio.get_running_loop().call_later(
+                needed, self._barge_in_due, speech
+            )
+            return
+        if self._session.options.min_interruption_words > 0:
+            self._awaiting_words = speech  # long enough; now it takes words too
+            return
+        self._interrupt(speech)
+
+    def _interrupt(self, speech: SpeechHandle) -> None:
+        self._cancel(self._resume_timer)
+        self._paused = self._awaiting_words = None
+        if not speech.done() and speech.allow_interruptions:
+            speech._interrupt()
+
+    def _resume_paused(self) -> None:
+        self._resume_timer = None
+        speech, self._paused = self._paused, None
+        if speech is None or speech.done() or speech._reply_ob is None:
+            return
+        logger.info("false interruption: resuming %s", speech.id)
+        audio = self._session.output.audio
+        if audio is not None:
+            audio.resume()
+        self._session._turn_state.set_yielded(speech._reply_ob, False)
+
+    def _words_heard(self, text: str) -> None:
+        """Words settle a pending interruption: the user was not just a noise."""
+        words = len(text.split())
+        if words == 0 or words < self._session.options.min_interruption_words:
+            return
+        target = self._awaiting_words or self._paused
+        if target is not None:
+            self._cancel(self._barge_in_timer)
+            self._barge_in_timer = None
+            self._interrupt(target)
+
+    # ------------------------------------------------------- transcripts, turns
+
+    def _on_interim(self, text: str) -> None:
+        self._interim = text
+        self._session._events.emit(
+            "user_input_transcribed", UserInputTranscribedEvent(text, is_final=False)
+        )
+        self._words_heard(text)
+
+    def _recognize(self, frames: list[AudioFrame]) -> None:
+        activity = self._session._activity
+        if activity is None or activity._tg is None or not frames:
+            return
+        self._recognizing += 1
+        activity._tg.create_task(self._recognize_utterance(frames))
+
+    async def _recognize_utterance(self, frames: list[AudioFrame]) -> None:
+        try:
+            text = (await self._stt.recognize(frames)).strip()
+        except Exception as exc:
+            logger.warning("speech recognition failed: %s", exc)
+            self._session._emit_error(exc, source="stt", recoverable=True)
+            text = ""
+        finally:
+            self._recognizing -= 1
+        self._interim = ""
+        if text:
+            self._session._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
+            )
+            self._transcript.append(text)
+            self._words_heard(text)
+        if not self.manual:
+            self._schedule_commit()
+
+    def _schedule_commit(self) -> None:
+        """End of turn: ``min_endpointing_delay`` after the user stopped when the
+        transcript reads as finished, ``max_endpointing_delay`` when it trails off."""
+        if self._vad.speaking or self._recognizing or not self._transcript:
+            return
+        options = self._session.options
+        finished = _SENTENCE_FINAL.search(self._transcript[-1]) is not None
+        delay = options.min_endpointing_delay if finished else options.max_endpointing_delay
+        loop = asyncio.get_running_loop()
+        at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
+        self._cancel(self._commit_timer)
+        self._commit_timer = loop.call_at(max(at, loop.time()), self.commit)
+
+    def commit(self) -> None:
+        """Close the user's turn now with what was transcribed (manual turn control)."""
+        self._cancel(self._commit_timer)
+        self._commit_timer = None
+        text = " ".join(self._transcript).strip() or self._interim.strip()
+        self._transcript, self._interim = [], ""
+        if text:
+            self._session._user_turn_completed(text)
+
+    def clear(self) -> None:
+        """Forget the turn in progress (audio, transcripts)."""
+        self._cancel(self._commit_timer)
+        self._utterance, self._transcript, self._interim = [], [], ""
+        if self._streaming:
+            self._stt.reset()  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------- timers
+
+    @staticmethod
+    def _cancel(timer: asyncio.TimerHandle | None) -> None:
+        if timer is not None:
+            timer.cancel()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._commit_timer, self._barge_in_timer, self._resume_timer):
+            self._cancel(timer)

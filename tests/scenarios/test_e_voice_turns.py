@@ -1,0 +1,232 @@
+"""SCENARIOS.md E1-E3, E5 (endpointing) and the voice loop: microphone → VAD → STT →
+model → TTS → speaker, on virtual time with the test kit's audio fakes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import rejoinder as rj
+from rejoinder.testing import (
+    MemoryAudioInput,
+    MemoryAudioOutput,
+    MemoryTextOutput,
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    StateTimeline,
+    advance,
+    now,
+    speech_frame,
+)
+
+MIN_SILENCE = 0.3  # ScriptedVAD: quiet needed to end an utterance
+MIN_SPEECH = 0.06  # ScriptedVAD: speech needed to start one
+
+
+class Call:
+    """A voice session wired to a test microphone and speaker."""
+
+    def __init__(
+        self,
+        session: rj.AgentSession[Any],
+        mic: MemoryAudioInput,
+        llm: ScriptedLLM,
+        stt: ScriptedSTT,
+        tts: ScriptedTTS,
+    ) -> None:
+        self.session, self.mic, self.llm, self.stt, self.tts = session, mic, llm, stt, tts
+        self.timeline = StateTimeline(session)
+        self.speaker = MemoryAudioOutput(24000)
+        self.text = MemoryTextOutput()
+        session.output.audio = self.speaker
+        session.output.transcription = self.text
+        self.transcripts: list[tuple[str, bool]] = []
+        session.on(
+            "user_input_transcribed",
+            lambda ev: self.transcripts.append((ev.transcript, ev.is_final)),
+        )
+
+    async def speak(self, seconds: float) -> None:
+        for _ in range(round(seconds / 0.02)):
+            await self.mic.push(speech_frame(0.02))
+
+    async def silence(self, seconds: float) -> None:
+        await self.mic.push_silence(seconds)
+
+
+async def call(llm_script: list[list[Any]], transcripts: list[str], **options: Any) -> Call:
+    llm = ScriptedLLM(llm_script)
+    stt = ScriptedSTT(transcripts)
+    tts = ScriptedTTS()
+    mic = MemoryAudioInput(16000)
+    options.setdefault("user_away_timeout", None)
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=llm, stt=stt, tts=tts, vad=ScriptedVAD(), **options
+    )
+    session.input.audio = mic
+    c = Call(session, mic, llm, stt, tts)
+    await session.start(rj.Agent(instructions="voice"))
+    return c
+
+
+async def test_voice_loop_user_speaks_agent_answers() -> None:
+    c = await call([["It is sunny today."]], ["What's the weather?"])
+    await c.speak(1.0)
+    await c.silence(3.0)
+    assert [t for t, final in c.transcripts if final] == ["What's the weather?"]
+    assert any(not final for _, final in c.transcripts)  # interims while speaking
+    assert c.text.segments == ["It is sunny today."]
+    # End of turn: min_endpointing_delay (0.5 s) after the speech ended at t=1.0.
+    assert c.timeline.times_of("thinking") == [pytest.approx(1.5)]
+    assert c.timeline.agent_states() == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    assert c.timeline.user_states() == ["listening", "speaking", "listening"]
+    assert c.timeline.times_of("speaking", who="user") == [pytest.approx(MIN_SPEECH)]
+    assert c.speaker.played_seconds == pytest.approx(c.tts.duration_of("It is sunny today."))
+    await c.session.aclose()
+
+
+async def test_e5_unfinished_sentence_waits_for_max_endpointing_delay() -> None:
+    c = await call([["Go on."]], ["I would like to"], max_endpointing_delay=3.0)
+    await c.speak(1.0)
+    await c.silence(5.0)
+    assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 3.0)]
+    await c.session.aclose()
+
+
+async def test_e5_user_resuming_before_the_delay_continues_the_turn() -> None:
+    c = await call([["Both parts heard."]], ["I would like to", "book a table."])
+    await c.speak(1.0)
+    await c.silence(1.5)  # within max_endpointing_delay of an unfinished sentence
+    await c.speak(1.0)
+    await c.silence(2.0)
+    assert len(c.llm.calls) == 1
+    user = [m.content for m in c.session.history.messages() if m.role == "user"]
+    assert user == ["I would like to book a table."]
+    assert c.timeline.times_of("thinking") == [pytest.approx(3.5 + 0.5)]
+    await c.session.aclose()
+
+
+async def test_e5_manual_turn_control() -> None:
+    c = await call([["Committed."]], ["Hello there."], turn_detection="manual")
+    await c.speak(1.0)
+    await c.silence(3.0)
+    assert c.llm.calls == []  # no automatic end of turn
+    c.session.commit_user_turn()
+    await advance(2.0)
+    assert c.text.segments == ["Committed."]
+    await c.speak(1.0)
+    await c.silence(1.0)
+    c.session.clear_user_turn()
+    c.session.commit_user_turn()
+    await advance(2.0)
+    assert len(c.llm.calls) == 1
+    await c.session.aclose()
+
+
+async def test_e1_barge_in_keeps_only_what_was_heard() -> None:
+    reply = "This is a long answer that goes on and on for quite a while."
+    c = await call([[reply], ["Sure, stopping."]], ["Hello?", "Stop please."])
+    await c.speak(1.0)
+    await c.silence(1.0)  # turn committed at 1.5, reply audible from 1.5
+    handle = c.session.current_speech
+    assert handle is not None
+    await c.silence(1.0)  # t = 3.0
+    t_user = now()
+    await c.speak(1.0)
+    assert handle.interrupted
+    stored = next(m for m in c.session.history.messages() if m.role == "assistant")
+    assert stored.interrupted
+    heard_seconds = t_user + MIN_SPEECH - 1.5  # paused when the VAD confirmed speech
+    assert c.speaker.segments[0] == pytest.approx(heard_seconds)
+    assert reply.startswith(stored.content)
+    assert 0 < len(stored.content) <= heard_seconds / c.tts.seconds_per_char
+    # While the user talked over it the agent reported listening, then answered.
+    await c.silence(3.0)
+    assert c.text.segments[-1] == "Sure, stopping."
+    states = c.timeline.agent_states(since=t_user)
+    assert states == ["speaking", "listening", "thinking", "speaking", "listening"]
+    await c.session.aclose()
+
+
+async def test_e2_false_interruption_resumes_the_reply() -> None:
+    reply = "Here is the whole answer, which is long enough to be talked over."
+    c = await call([[reply]], ["Hi.", ""], false_interruption_timeout=1.0)
+    await c.speak(1.0)
+    await c.silence(1.0)  # reply audible from 1.5
+    handle = c.session.current_speech
+    assert handle is not None
+    t_noise = now()
+    await c.speak(0.2)  # a cough: shorter than min_interruption_duration
+    await c.silence(8.0)
+    await handle
+    assert not handle.interrupted
+    assert c.text.segments == [reply]
+    assert c.speaker.segments == [pytest.approx(c.tts.duration_of(reply))]
+    states = c.timeline.agent_states(since=t_noise)
+    assert states == ["speaking", "listening", "speaking", "listening"]
+    paused_at = c.timeline.times_of("listening")[-2]
+    resumed_at = c.timeline.times_of("speaking")[-1]
+    # Resumed false_interruption_timeout after the noise's end was confirmed.
+    assert resumed_at - paused_at == pytest.approx(0.2 - MIN_SPEECH + MIN_SILENCE + 1.0)
+    assert len(c.llm.calls) == 1  # the noise was no turn
+    await c.session.aclose()
+
+
+async def test_e3_turn_during_uninterruptible_speech_is_discarded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = await call([["Should not be called."]], ["Can you hear me?"])
+    announcement = c.session.say(
+        "Please listen to this important notice carefully.", allow_interruptions=False
+    )
+    await advance(0.5)
+    with caplog.at_level(logging.INFO, logger="rejoinder"):
+        await c.speak(0.6)
+        await c.silence(1.0)
+    assert not announcement.done()
+    await announcement
+    assert not announcement.interrupted
+    assert any("discarded" in r.getMessage() for r in caplog.records)
+    await advance(5.0)
+    assert c.llm.calls == []  # nothing parked, nothing answered later
+    assert c.session.agent_state == "listening"
+    floor = c.session._turn_state.floor
+    assert floor.open_obligations() == []
+    await c.session.aclose()
+
+
+async def test_min_interruption_words_needs_words_to_interrupt() -> None:
+    reply = "A reply long enough to be spoken over by the user for a while."
+    c = await call([[reply], ["Okay."]], ["Hi.", "wait wait wait"], min_interruption_words=2)
+    await c.speak(1.0)
+    await c.silence(1.0)
+    handle = c.session.current_speech
+    assert handle is not None
+    await c.speak(0.3)  # long enough, but ScriptedSTT's interims have < 2 words by 0.3 s
+    assert not handle.interrupted
+    await c.speak(0.7)  # now the interims have enough words
+    assert handle.interrupted
+    await c.session.aclose()
+
+
+def test_audio_input_needs_vad_and_stt() -> None:
+    async def scenario() -> None:
+        session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM([]))
+        session.input.audio = MemoryAudioInput()
+        with pytest.raises(RuntimeError, match="needs both a vad= and an stt="):
+            await session.start(rj.Agent(instructions="x"))
+        await session.aclose()
+
+    import asyncio
+
+    asyncio.run(scenario())
