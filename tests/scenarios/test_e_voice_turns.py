@@ -3,6 +3,7 @@ model → TTS → speaker, on virtual time with the test kit's audio fakes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.testing import (
+    Delay,
+    Gate,
     MemoryAudioInput,
     MemoryAudioOutput,
     MemoryTextOutput,
@@ -227,6 +230,100 @@ def test_audio_input_needs_vad_and_stt() -> None:
             await session.start(rj.Agent(instructions="x"))
         await session.aclose()
 
-    import asyncio
-
     asyncio.run(scenario())
+
+
+# ----------------------------------------------------------- E5: preemptive generation
+
+
+async def test_e5_preemptive_reply_is_used_when_nothing_changed() -> None:
+    c = await call(
+        [[Delay(0.4), "Prepared answer."]], ["What time is it?"], preemptive_generation=True
+    )
+    await c.speak(1.0)
+    await c.silence(0.35)  # the final transcript is in (t=1.3): speculation starts
+    assert len(c.llm.calls) == 1
+    assert c.session.agent_state == "listening"  # speculation owes nothing yet
+    await c.silence(2.0)
+    assert len(c.llm.calls) == 1  # used, not generated again
+    assert c.text.segments == ["Prepared answer."]
+    # The model started when the utterance was recognized (t=1.3), not at the end of the
+    # turn (t=1.5): its 0.4 s overlap the endpointing delay (1.7 instead of 1.9).
+    assert c.timeline.times_of("thinking") == [pytest.approx(1.5)]
+    assert c.timeline.times_of("speaking") == [pytest.approx(1.3 + 0.4)]
+    assert c.session._turn_state.floor.open_obligations() == []
+    await c.session.aclose()
+
+
+async def test_e5_preemptive_reply_is_discarded_when_the_user_goes_on() -> None:
+    c = await call(
+        [["Stale answer."], ["Fresh answer."]],
+        ["I would like to", "book a table."],
+        preemptive_generation=True,
+    )
+    await c.speak(1.0)
+    await c.silence(1.0)  # speculation on "I would like to"
+    await c.speak(1.0)  # the user goes on: speculation discarded
+    await c.silence(0.32)  # a new speculation on the whole turn starts here
+    await c.silence(2.0)
+    assert [call.chat_ctx.items[-1].content for call in c.llm.calls] == [  # type: ignore[union-attr]
+        "I would like to",
+        "I would like to book a table.",
+    ]
+    assert c.text.segments == ["Fresh answer."]
+    await c.session.aclose()
+
+
+async def test_e5_preemptive_reply_not_used_when_the_hook_changes_the_turn() -> None:
+    class Rewriter(rj.Agent):
+        async def on_user_turn_completed(
+            self, turn_ctx: rj.ChatContext, new_message: rj.ChatMessage
+        ) -> None:
+            new_message.content += " (rewritten)"
+
+    llm = ScriptedLLM([["Speculative."], ["Regenerated."]])
+    mic = MemoryAudioInput(16000)
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=llm,
+        stt=ScriptedSTT(["Hello."]),
+        tts=ScriptedTTS(),
+        vad=ScriptedVAD(),
+        preemptive_generation=True,
+        user_away_timeout=None,
+    )
+    session.input.audio = mic
+    c = Call(session, mic, llm, session.stt, session.tts)  # type: ignore[arg-type]
+    await session.start(Rewriter(instructions="r"))
+    await c.speak(1.0)
+    await c.silence(3.0)
+    assert c.text.segments == ["Regenerated."]
+    assert len(llm.calls) == 2
+    await session.aclose()
+
+
+@pytest.mark.parametrize("path", ["discarded-turn", "interrupt", "close", "drain"])
+async def test_c1_speculation_is_never_left_parked(path: str) -> None:
+    """Every path that abandons a speculative reply cancels it (SCENARIOS C1, E3)."""
+    never = asyncio.Event()
+    c = await call([[Gate(never), "never"]], ["Are you there?"], preemptive_generation=True)
+    if path == "discarded-turn":
+        c.session.say(
+            "An important uninterruptible notice that takes a while.", allow_interruptions=False
+        )
+    await c.speak(0.6)
+    await c.silence(0.35)  # speculation started
+    floor = c.session._turn_state.floor
+    assert [ob.kind.value for ob in floor.open_obligations()].count("preemptive") == 1
+    if path == "discarded-turn":
+        await c.silence(1.0)  # the turn ends during the notice: discarded
+    elif path == "interrupt":
+        await c.session.interrupt()
+    elif path == "drain":
+        await asyncio.wait_for(c.session.drain(timeout=30), 5)
+    else:
+        await c.session.aclose()
+    assert all(ob.kind.value != "preemptive" for ob in floor.open_obligations())
+    prepared_tasks = [t for t in asyncio.all_tasks() if "collect" in repr(t.get_coro())]
+    await advance(0.1)
+    assert all(t.done() for t in prepared_tasks)
+    await c.session.aclose()

@@ -12,12 +12,13 @@ import functools
 import heapq
 import itertools
 import logging
-from collections.abc import Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
 from ..models import (
+    ChatChunk,
     ChatContext,
     ChatItem,
     ChatMessage,
@@ -31,8 +32,10 @@ from ..models.tts import TTSError
 from .agent import Agent
 from .delivery import Delivery, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
+from .preemptive import Preemptive
 from .speech import ReplyRequest, SpeechHandle
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
+from .tools import FunctionTool
 
 if TYPE_CHECKING:
     from .session import AgentSession
@@ -69,6 +72,7 @@ class AgentActivity:
         self.stopped: asyncio.Future[None] | None = None
         """Set by the session while it stops this activity."""
         self._system_message: ChatMessage | None = None
+        self._preemptive: Preemptive | None = None
         self._tools = ToolRunner(
             session=session,
             state=self._state,
@@ -89,6 +93,7 @@ class AgentActivity:
                 tg.create_task(self._enter())
                 await self._schedule_forever()
         finally:
+            self.discard_preemptive("the agent stopped")
             self._tg = None
             self._closed = True
             self._drop_queue()
@@ -284,12 +289,11 @@ class AgentActivity:
         if self._deferred:
             self._state.close(self._deferred, "carried")
             self._deferred = []
-        with_tools = request.step < self._session.options.max_tool_steps
-        tools = {t.name: t for t in self.agent.tools} if with_tools else {}
+        tools = self._offered_tools(request.step)
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_token: float | None = None
-        stream = llm.chat(
+        stream = self._prepared_stream(request, tools) or llm.chat(
             self._chat_context(request.instructions),
             [t.definition for t in tools.values()],
             "auto" if tools else "none",
@@ -318,6 +322,65 @@ class AgentActivity:
                 }
             ),
         )
+
+    def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
+        if step >= self._session.options.max_tool_steps:
+            return {}
+        return {t.name: t for t in self.agent.tools}
+
+    # ------------------------------------------------------ preemptive replies
+
+    def start_preemptive(self, user_text: str) -> None:
+        """Start generating a reply to ``user_text`` before the user's turn has ended."""
+        self.discard_preemptive("a newer attempt")
+        llm = self.agent.llm or self._session.llm
+        if llm is None or self._tg is None:
+            return
+        tools = self._offered_tools(0)
+        key = self._preemptive_key(user_text, self.agent.chat_ctx.items, tools)
+        prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self.id))
+        self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
+        context = self._chat_context(None)
+        context.append(ChatMessage(role="user", content=user_text))
+        stream = llm.chat(
+            context, [t.definition for t in tools.values()], "auto" if tools else "none"
+        )
+        prepared.task = self._spawn(prepared.collect(stream))
+        self._preemptive = prepared
+
+    def discard_preemptive(self, reason: str) -> None:
+        prepared, self._preemptive = self._preemptive, None
+        if prepared is not None:
+            logger.debug("preemptive reply discarded: %s", reason)
+            prepared.cancel()
+            self._state.close(prepared.obligation, "discarded")
+
+    def claim_preemptive(self) -> Preemptive | None:
+        """The speculative reply, for the user turn that just ended (checked before use)."""
+        prepared, self._preemptive = self._preemptive, None
+        return prepared
+
+    def _prepared_stream(
+        self, request: ReplyRequest, tools: dict[str, FunctionTool]
+    ) -> AsyncIterator[ChatChunk] | None:
+        prepared, message = request.prepared, request.user_message
+        if prepared is None or message is None:
+            return None
+        items = self.agent.chat_ctx.items
+        before = items[:-1] if items and items[-1] is message else items
+        # After on_user_turn_completed: the hook may have changed the message or context.
+        if request.instructions is None and prepared.key == self._preemptive_key(
+            message.content, before, tools
+        ):
+            return prepared.replay()
+        prepared.cancel()
+        return None
+
+    @staticmethod
+    def _preemptive_key(
+        user_text: str, items: list[ChatItem], tools: dict[str, FunctionTool]
+    ) -> tuple[object, ...]:
+        return (user_text, tuple(item.id for item in items), tuple(tools))
 
     def _new_delivery(self, reply: Obligation) -> Delivery:
         output = self._session.output

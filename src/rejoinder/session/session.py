@@ -218,6 +218,7 @@ class AgentSession(Generic[Userdata]):
         if current is not None and not current.done() and not current.allow_interruptions:
             # Nothing is kept for later: a stale answer after the speech would be wrong.
             logger.info("user turn %r discarded: it ended during an uninterruptible reply", text)
+            activity.discard_preemptive("the turn was discarded")
             return
         activity.interrupt()
         self._reply_to_user(text, source="user_turn", report_transcript=False)
@@ -328,6 +329,8 @@ class AgentSession(Generic[Userdata]):
         """Let everything owed finish (replies, tools, deferred results), then close.
         Gives up waiting after ``timeout`` seconds and closes anyway."""
         if self._turn_state_ is not None and not self._is_closing():
+            if self._activity is not None:
+                self._activity.discard_preemptive("draining")
             await self._bounded(self._turn_state.nothing_open(), "draining", timeout)
         await self.aclose()
 
@@ -387,11 +390,17 @@ class AgentSession(Generic[Userdata]):
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
         message = activity.add_user_message(text)
+        prepared = activity.claim_preemptive() if source == "user_turn" else None
         return activity.create_speech(
             source=source,
-            request=ReplyRequest(user_message=message, instructions=instructions),
+            request=ReplyRequest(
+                user_message=message, instructions=instructions, prepared=prepared
+            ),
             allow_interruptions=allow_interruptions,
             user_initiated=True,
+            # The reply takes the speculative work over (or, if it no longer matches,
+            # cancels it): either way the preemptive obligation ends here.
+            hand_over_from=[prepared.obligation] if prepared is not None else None,
         )
 
     async def run(self, *, user_input: str) -> RunResult:
@@ -412,6 +421,7 @@ class AgentSession(Generic[Userdata]):
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
+        self._activity.discard_preemptive("interrupted")
         return self._activity.interrupt()
 
     @contextmanager

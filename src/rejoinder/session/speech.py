@@ -12,6 +12,7 @@ from ..models.chat import new_id
 
 if TYPE_CHECKING:
     from ..floor import Obligation
+    from .preemptive import Preemptive
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,8 @@ class ReplyRequest:
     instructions: str | None = None
     step: int = 0
     """Tool rounds already taken in this turn; tools are withheld at ``max_tool_steps``."""
+    prepared: Preemptive | None = None
+    """A speculative generation to use if what it saw still matches."""
 
 
 class SpeechHandle:

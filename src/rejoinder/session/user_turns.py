@@ -90,6 +90,9 @@ class UserTurns:
         self._preroll_seconds = 0.0
         state = self._session._turn_state
         state.set_user_speaking(True)
+        activity = self._session._activity
+        if activity is not None:
+            activity.discard_preemptive("the user went on speaking")
         self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
         self._cancel(self._resume_timer)
         speech = self._interruptible_speech()
@@ -215,6 +218,13 @@ class UserTurns:
             )
             self._transcript.append(text)
             self._words_heard(text)
+            activity = self._session._activity
+            if (
+                self._session.options.preemptive_generation
+                and activity is not None
+                and not self._vad.speaking
+            ):
+                activity.start_preemptive(" ".join(self._transcript))
         if not self.manual:
             self._schedule_commit()
 

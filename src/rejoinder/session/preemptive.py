@@ -1,0 +1,63 @@
+"""Preemptive generation: start the model on the user's transcript before the turn ends.
+
+A ``Preemptive`` runs the model into a buffer (nothing is delivered and no tool runs) under
+an uncommitted ``preemptive`` obligation, so the agent still reports ``listening`` and the
+user is not marked away. When the turn ends, the reply takes it over only if everything the
+model saw is still what it would see now (``key``); otherwise it is discarded. Whoever
+abandons it (a newer attempt, a discarded turn, interrupt, drain, close, handoff) calls
+``discard``: there is no path that leaves it parked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Hashable
+from contextlib import aclosing
+
+from ..floor import Obligation
+from ..models import ChatChunk
+
+
+class Preemptive:
+    def __init__(self, key: Hashable, obligation: Obligation) -> None:
+        self.key = key
+        self.obligation = obligation
+        self.task: asyncio.Task[None] | None = None
+        self._chunks: list[ChatChunk] = []
+        self._more = asyncio.Event()
+        self._finished = False
+        self._error: BaseException | None = None
+
+    async def collect(self, stream: AsyncIterator[ChatChunk]) -> None:
+        """Run in its own task: buffer the model's output."""
+        try:
+            async with aclosing(stream):  # type: ignore[type-var]
+                async for chunk in stream:
+                    self._chunks.append(chunk)
+                    self._more.set()
+        except asyncio.CancelledError:
+            self._error = asyncio.CancelledError()
+            raise
+        except Exception as exc:  # replayed to the reply that uses it
+            self._error = exc
+        finally:
+            self._finished = True
+            self._more.set()
+
+    async def replay(self) -> AsyncIterator[ChatChunk]:
+        """What the model produced, as a stream: buffered chunks first, then live ones."""
+        sent = 0
+        while True:
+            while sent < len(self._chunks):
+                yield self._chunks[sent]
+                sent += 1
+            if self._finished:
+                break
+            self._more.clear()
+            await self._more.wait()
+        if self._error is not None:
+            raise self._error
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
