@@ -6,6 +6,7 @@ ScriptedTTS speaks 0.05 s per character; MemoryAudioOutput plays on loop time.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -156,3 +157,41 @@ async def test_aclose_while_tts_hangs_is_bounded() -> None:
     assert v.session.agent_state == "thinking"
     await v.session.aclose()
     assert v.session.agent_state == "listening"
+
+
+@rj.function_tool
+async def set_timer(ctx: rj.RunContext[None]) -> str:
+    """Start a timer."""
+    await ctx.update("Timer started.")
+    await advance(2.0)
+    return "Timer done."
+
+
+async def test_a2_audio_background_result_during_answer_goes_through_thinking() -> None:
+    llm = LLM(
+        [
+            [ToolCall("set_timer")],
+            ["Timer is running."],
+            ["Here is a fairly long answer to your second question."],
+            ["Your timer is done."],
+        ]
+    )
+    v = await voice_session(llm, set_timer)
+    await v.session.run(user_input="set a timer")
+    t_second = 1.0
+    await advance(t_second - float(asyncio.get_running_loop().time()))
+    await v.session.run(user_input="and another thing?")  # audible well past t=2 (timer)
+    await advance(5.0)
+    assert v.timeline.agent_states(since=t_second) == [
+        "listening",
+        "thinking",
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    answer_end = v.timeline.times_of("thinking")[-1]
+    assert answer_end > 2.0  # the result landed while the answer was audible
+    v.timeline.assert_never("listening", between=(t_second + 0.001, answer_end + 0.5))
+    assert v.text.segments[-1] == "Your timer is done."
+    await v.session.aclose()
