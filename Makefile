@@ -32,6 +32,7 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/turn_latency.py
+	$(BIN)/python bench/turn_latency.py --audio
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/import_time.py

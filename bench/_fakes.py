@@ -92,3 +92,52 @@ def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
         "p90": round(percentile(ordered, 90), 4),
         "p99": round(percentile(ordered, 99), 4),
     }
+
+
+class InstantTTS:
+    """Returns 0.5 s of 24 kHz audio per sentence as 25 prebuilt 20 ms frames, at once."""
+
+    def __new__(cls) -> rj.TTS:  # built lazily so text-only benchmarks never import numpy
+        import numpy as np
+
+        from rejoinder.models.tts import TTS
+
+        frame = rj.AudioFrame(np.zeros(480, np.int16), 24000)
+
+        class _InstantTTS(TTS):
+            async def synthesize(self, text: str) -> AsyncIterator[rj.AudioFrame]:
+                for _ in range(25):
+                    yield frame
+
+        return _InstantTTS(sample_rate=24000)
+
+
+def instant_audio_output() -> rj.AudioOutput:
+    """An output that accepts frames instantly and finishes a segment on flush."""
+    from rejoinder.models.audio import AudioOutput
+
+    class _Instant(AudioOutput):
+        def __init__(self) -> None:
+            super().__init__(sample_rate=24000, can_pause=False)
+            self.first_frame_at: float | None = None
+            self._playing = 0.0
+            self._open = False
+
+        async def capture_frame(self, frame: rj.AudioFrame) -> None:
+            if self.first_frame_at is None:
+                self.first_frame_at = time.perf_counter()
+            if not self._open:
+                self._open = True
+                self._report_started()
+            self._playing += frame.duration
+
+        def flush(self) -> None:
+            if self._open:
+                self._open = False
+                played, self._playing = self._playing, 0.0
+                self._report_finished(played, False)
+
+        def clear_buffer(self) -> None:
+            self.flush()
+
+    return _Instant()

@@ -1,7 +1,12 @@
-"""Turn latency: time from ``generate_reply`` to the first delta at the sink, and to the
-awaited handle resolving, for one text-only session on the real clock.
+"""Turn latency: time from ``generate_reply`` to the first output (a text delta at the
+sink, or with ``--audio`` the first audio frame at the output), and to the awaited handle
+resolving, for one session on the real clock. Also CPU milliseconds per measured turn.
 
-    python bench/turn_latency.py [--turns 300] [--warmup 30]
+    python bench/turn_latency.py [--turns 300] [--warmup 30] [--audio]
+
+With ``--audio`` a zero-latency TTS returns 0.5 s of 24 kHz audio per sentence as 20 ms
+frames (the reply is two sentences: 1 s, 50 frames) into an output that accepts frames
+instantly.
 """
 
 from __future__ import annotations
@@ -13,16 +18,29 @@ import json
 import time
 
 import rejoinder as rj
-from _fakes import InstantLLM, InstantSink, clear_context, summary_ms
+from _fakes import (
+    InstantLLM,
+    InstantSink,
+    InstantTTS,
+    clear_context,
+    instant_audio_output,
+    summary_ms,
+)
 
 
-async def bench(turns: int, warmup: int) -> dict[str, object]:
-    session: rj.AgentSession[None] = rj.AgentSession(llm=InstantLLM(), user_away_timeout=None)
+async def bench(turns: int, warmup: int, audio: bool) -> dict[str, object]:
+    tts = InstantTTS() if audio else None
+    session: rj.AgentSession[None] = rj.AgentSession(
+        llm=InstantLLM(), tts=tts, user_away_timeout=None
+    )
     sink = InstantSink()
-    session.output.transcription = sink
+    session.output.transcription = None if audio else sink
+    output = instant_audio_output() if audio else None
+    session.output.audio = output
     await session.start(rj.Agent(instructions="You are a helpful assistant."))
     first_output: list[float] = []
     turn_done: list[float] = []
+    cpu = 0.0
     try:
         for i in range(warmup + turns):
             # Outside the timed region: empty the agent's context and the session history,
@@ -30,20 +48,31 @@ async def bench(turns: int, warmup: int) -> dict[str, object]:
             # the copy of it each reply builds, would grow without bound and skew results).
             clear_context(session)
             sink.reset()
+            if output is not None:
+                output.first_frame_at = None  # type: ignore[attr-defined]
+            c0 = time.process_time()
             t0 = time.perf_counter()
             handle = session.generate_reply(user_input="hi")
             await handle
             t1 = time.perf_counter()
-            if sink.first_delta_at is None:
+            c1 = time.process_time()
+            first = (
+                output.first_frame_at  # type: ignore[attr-defined]
+                if output is not None
+                else sink.first_delta_at
+            )
+            if first is None:
                 raise RuntimeError(f"turn {i} produced no output")
             if i >= warmup:
-                first_output.append(sink.first_delta_at - t0)
+                first_output.append(first - t0)
                 turn_done.append(t1 - t0)
+                cpu += c1 - c0
     finally:
         await session.aclose()
     return {
-        "bench": "turn_latency",
+        "bench": "turn_latency_audio" if audio else "turn_latency",
         "turns": turns,
+        "cpu_ms_per_turn": round(cpu / turns * 1000, 4),
         "first_output_ms": summary_ms(first_output),
         "turn_done_ms": summary_ms(turn_done),
     }
@@ -53,9 +82,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--audio", action="store_true", help="speak through a TTS")
     args = parser.parse_args()
     gc.collect()
-    print(json.dumps(asyncio.run(bench(args.turns, args.warmup)), separators=(",", ":")))
+    result = asyncio.run(bench(args.turns, args.warmup, args.audio))
+    print(json.dumps(result, separators=(",", ":")))
 
 
 if __name__ == "__main__":
