@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/import_time.py
+	$(BIN)/python bench/vad_cpu.py
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache
