@@ -5,7 +5,7 @@
 Install with ``pip install 'rejoinder[local]'`` plus ``pip install --no-deps
 silero-vad==6.2.3`` (the Silero model without its torch dependency). Names load their
 module (and its libraries) on first use, so importing this package costs nothing.
-eSpeak NG (``EspeakTTS``) is GPL-3.0.
+eSpeak NG (``EspeakTTS``) and piper-tts (``PiperTTS``) are GPL-3.0.
 """
 
 from __future__ import annotations
@@ -15,15 +15,21 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .espeak import EspeakTTS
+    from .piper_tts import PiperTTS
+    from .pocketsphinx_stt import PocketSphinxSTT
     from .silero import SileroVAD
+    from .whisper import WhisperSTT
 
 # name -> submodule that defines it
 _EXPORTS = {
     "SileroVAD": "silero",
     "EspeakTTS": "espeak",
+    "WhisperSTT": "whisper",
+    "PocketSphinxSTT": "pocketsphinx_stt",
+    "PiperTTS": "piper_tts",
 }
 
-__all__ = ["EspeakTTS", "SileroVAD"]
+__all__ = ["EspeakTTS", "PiperTTS", "PocketSphinxSTT", "SileroVAD", "WhisperSTT"]
 
 
 def __getattr__(name: str) -> object:

