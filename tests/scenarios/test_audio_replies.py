@@ -13,9 +13,11 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.testing import (
+    Delay,
     MemoryAudioOutput,
     MemoryTextOutput,
     ScriptedLLM,
+    ScriptedStreamingTTS,
     ScriptedTTS,
     StateTimeline,
     ToolCall,
@@ -194,4 +196,46 @@ async def test_a2_audio_background_result_during_answer_goes_through_thinking() 
     assert answer_end > 2.0  # the result landed while the answer was audible
     v.timeline.assert_never("listening", between=(t_second + 0.001, answer_end + 0.5))
     assert v.text.segments[-1] == "Your timer is done."
+    await v.session.aclose()
+
+
+# ------------------------------------------------- word timings and streaming TTS
+
+
+async def test_interrupted_reply_keeps_exactly_the_words_heard_with_timings() -> None:
+    text = "Alpha beta gamma delta epsilon zeta eta theta."
+    tts = ScriptedTTS(word_timings=True)
+    v = await voice_session(LLM([[text]]), tts=tts)
+    v.session.generate_reply(user_input="letters")
+    # "Alpha beta gamma" ends at 0.80 s; "delta" spans 0.85-1.10 (midpoint 0.975).
+    await advance(0.95)
+    await v.session.interrupt()
+    last = v.session.history.items[-1]
+    assert isinstance(last, rj.ChatMessage)
+    assert (last.content, last.interrupted) == ("Alpha beta gamma", True)
+    await v.session.aclose()
+
+
+async def test_streaming_tts_speaks_before_the_sentence_is_complete() -> None:
+    tts = ScriptedStreamingTTS()
+    llm = LLM([["Hello there ", Delay(1.0), "my friend."]])
+    v = await voice_session(llm, tts=tts)  # type: ignore[arg-type]
+    await v.session.run(user_input="hi")
+    # The first words were voiced at once, not after the sentence ended at t=1.
+    assert v.timeline.times_of("speaking") == [pytest.approx(0.0)]
+    assert [s.text for s in tts.streams] == ["Hello there my friend."]
+    assert v.text.segments == ["Hello there my friend."]
+    assert v.session.history.items[-1].content == "Hello there my friend."  # type: ignore[union-attr]
+    await v.session.aclose()
+
+
+async def test_streaming_tts_interruption_uses_its_word_timings() -> None:
+    tts = ScriptedStreamingTTS()
+    v = await voice_session(LLM([["one two three four five six seven"]]), tts=tts)  # type: ignore[arg-type]
+    v.session.generate_reply(user_input="count")
+    await advance(0.6)  # "one " 0-0.2, "two " 0.2-0.4, "three " 0.4-0.7 (midpoint 0.525)
+    await v.session.interrupt()
+    last = v.session.history.items[-1]
+    assert isinstance(last, rj.ChatMessage)
+    assert (last.content, last.interrupted) == ("one two three", True)
     await v.session.aclose()

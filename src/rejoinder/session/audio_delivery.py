@@ -1,18 +1,42 @@
-"""AudioDelivery: a speech's text through the TTS to an audio output (see ``delivery``)."""
+"""AudioDelivery: a speech's text through the TTS to an audio output (see ``delivery``).
+
+With a plain ``TTS`` the text is cut into sentences and each is synthesized as soon as it
+is complete; a ``StreamingTTS`` gets the deltas themselves. Either way one task captures
+the audio (resampled to the output's rate) and notes when each piece of text, or each
+word when the engine reports ``WordTiming``s, starts in the audio, so ``heard()`` can say
+what the user heard before an interruption.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from ..floor import Obligation
 from ..io.text import TextOutput
-from ..models.audio import AudioOutput, PlaybackFinished
+from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
 from ..models.audio_utils import Resampler
-from ..models.tts import TTS, SentenceSplitter
+from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
 from .delivery import Delivery
 from .turn_state import TurnState
+
+
+@dataclass(slots=True)
+class _Segment:
+    """One synthesis: a sentence, or everything given to a streaming TTS."""
+
+    text: str
+    start: float  # seconds into this speech's audio
+    duration: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Word:
+    start: float  # seconds into this speech's audio
+    end: float
+    word: str
 
 
 class AudioDelivery(Delivery):
@@ -29,9 +53,12 @@ class AudioDelivery(Delivery):
         super().__init__(state, reply, text_output)
         self._tts = tts
         self._output = audio_output
+        self._stream: TTSStream | None = tts.stream() if isinstance(tts, StreamingTTS) else None
         self._splitter = SentenceSplitter()
         self._sentences: asyncio.Queue[str | None] = asyncio.Queue()
-        self._spoken: list[tuple[str, float, float]] = []  # sentence, start, duration
+        self._segments: list[_Segment] = []
+        self._words: list[_Word] = []
+        self._resampler: Resampler | None = None
         self._captured = 0.0
         self._playing = False
         self._failure: Exception | None = None
@@ -41,14 +68,20 @@ class AudioDelivery(Delivery):
 
     async def push_text(self, text: str) -> None:
         await super().push_text(text)
+        if self._stream is not None:
+            self._stream.push_text(text)
+            return
         for sentence in self._splitter.push(text):
             self._sentences.put_nowait(sentence)
 
     async def finish(self) -> None:
-        rest = self._splitter.flush()
-        if rest:
-            self._sentences.put_nowait(rest)
-        self._sentences.put_nowait(None)
+        if self._stream is not None:
+            self._stream.end_input()
+        else:
+            rest = self._splitter.flush()
+            if rest:
+                self._sentences.put_nowait(rest)
+            self._sentences.put_nowait(None)
         await self._synthesis
         if self._failure is not None:
             raise self._failure
@@ -67,51 +100,75 @@ class AudioDelivery(Delivery):
         if not self._played.done():
             return ""
         position = self._played.result().position
-        words: list[str] = []
-        for sentence, start, duration in self._spoken:
-            if duration <= 0:
+        if self._words:
+            # A word counts once most of it was heard.
+            return " ".join(w.word for w in self._words if (w.start + w.end) / 2 <= position)
+        if self._stream is not None and self._segments:
+            self._segments[0].text = "".join(self._parts)
+        spoken: list[str] = []
+        for segment in self._segments:
+            if segment.duration <= 0:
                 break
-            if start + duration <= position + 1e-6:
-                words.append(sentence)
-            elif start < position:
-                # Paced by this sentence's own speaking rate, cut back to a whole word.
-                cut = int(len(sentence) * (position - start) / duration)
-                partial = sentence[:cut].rsplit(" ", 1)[0] if " " in sentence[:cut] else ""
+            if segment.start + segment.duration <= position + 1e-6:
+                spoken.append(segment.text)
+            elif segment.start < position:
+                # Paced by this segment's own speaking rate, cut back to a whole word.
+                cut = segment.text[
+                    : int(len(segment.text) * (position - segment.start) / segment.duration)
+                ]
+                partial = cut.rsplit(" ", 1)[0] if " " in cut else ""
                 if partial:
-                    words.append(partial)
+                    spoken.append(partial)
                 break
-        return " ".join(words)
+        return " ".join(spoken)
 
     async def _synthesize(self) -> None:
         # The task lives in the activity's task group: a failure must not escape into it
         # (that would tear the whole activity down); ``finish`` re-raises it instead.
         try:
-            await self._synthesize_sentences()
+            if self._stream is not None:
+                segment = _Segment("", 0.0)
+                self._segments.append(segment)
+                try:
+                    await self._capture_all(self._stream, segment)
+                finally:
+                    await self._stream.aclose()
+            else:
+                while (sentence := await self._sentences.get()) is not None:
+                    segment = _Segment(sentence, self._captured)
+                    self._segments.append(segment)
+                    await self._capture_all(self._tts.synthesize(sentence), segment)
         except Exception as exc:
             self._failure = exc
 
-    async def _synthesize_sentences(self) -> None:
+    async def _capture_all(
+        self, items: AsyncIterable[AudioFrame | WordTiming], segment: _Segment
+    ) -> None:
+        async for item in items:
+            if isinstance(item, WordTiming):
+                self._words.append(
+                    _Word(segment.start + item.start, segment.start + item.end, item.word)
+                )
+            else:
+                await self._capture(item, segment)
+        if self._resampler is not None:
+            tail = self._resampler.flush()
+            self._resampler = None
+            if tail is not None:
+                await self._capture(tail, segment)
+
+    async def _capture(self, frame: AudioFrame, segment: _Segment) -> None:
         rate = self._output.sample_rate
-        resampler: Resampler | None = None
-        while (sentence := await self._sentences.get()) is not None:
-            start = self._captured
-            self._spoken.append((sentence, start, 0.0))
-            async for frame in self._tts.synthesize(sentence):
-                if rate is not None and frame.sample_rate != rate:
-                    if resampler is None:
-                        resampler = Resampler(frame.sample_rate, rate, frame.num_channels)
-                    resampled = resampler.push(frame)
-                    if resampled is None:
-                        continue
-                    frame = resampled
-                await self._output.capture_frame(frame)
-                self._captured += frame.duration
-                self._spoken[-1] = (sentence, start, self._captured - start)
-            if resampler is not None and (tail := resampler.flush()) is not None:
-                await self._output.capture_frame(tail)
-                self._captured += tail.duration
-                self._spoken[-1] = (sentence, start, self._captured - start)
-                resampler = None
+        if rate is not None and frame.sample_rate != rate:
+            if self._resampler is None:
+                self._resampler = Resampler(frame.sample_rate, rate, frame.num_channels)
+            resampled = self._resampler.push(frame)
+            if resampled is None:
+                return
+            frame = resampled
+        await self._output.capture_frame(frame)
+        self._captured += frame.duration
+        segment.duration = self._captured - segment.start
 
     def _playback_started(self) -> None:
         self._playing = True

@@ -13,7 +13,7 @@ from .openai_chat_server import (
 )
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
-from .scripted_tts import ScriptedTTS
+from .scripted_tts import ScriptedStreamingTTS, ScriptedTTS
 from .timeline import StateChange, StateTimeline
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ScriptedCall",
     "ScriptedLLM",
     "ScriptedSTT",
+    "ScriptedStreamingTTS",
     "ScriptedTTS",
     "ScriptedVAD",
     "StateChange",
