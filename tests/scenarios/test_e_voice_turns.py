@@ -327,3 +327,20 @@ async def test_c1_speculation_is_never_left_parked(path: str) -> None:
     await advance(0.1)
     assert all(t.done() for t in prepared_tasks)
     await c.session.aclose()
+
+
+async def test_long_noise_without_words_resumes_when_words_are_required() -> None:
+    """min_interruption_words: long enough but wordless speech (a cough) must not leave
+    the reply paused: it resumes after the false-interruption timeout."""
+    reply = "A reply long enough to be coughed over by the user for a while."
+    c = await call([[reply]], ["Hi.", ""], min_interruption_words=2, false_interruption_timeout=1.0)
+    await c.speak(1.0)
+    await c.silence(1.0)
+    handle = c.session.current_speech
+    assert handle is not None
+    await c.speak(1.0)  # a long cough: no words (the recognizer returns "")
+    await c.silence(10.0)
+    assert handle.done() and not handle.interrupted
+    assert c.text.segments == [reply]
+    assert c.session.agent_state == "listening"
+    await c.session.aclose()

@@ -95,6 +95,7 @@ class UserTurns:
             activity.discard_preemptive("the user went on speaking")
         self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
         self._cancel(self._resume_timer)
+        self._awaiting_words = None
         speech = self._interruptible_speech()
         if speech is None:
             return
@@ -120,14 +121,14 @@ class UserTurns:
 
     def _speech_ended(self, event: VADEvent) -> None:
         self._session._turn_state.set_user_speaking(False)
-        if self._barge_in_timer is not None:
-            # Shorter than min_interruption_duration: maybe only a noise.
-            self._cancel(self._barge_in_timer)
-            self._barge_in_timer = None
-            if self._paused is not None:
-                self._resume_timer = asyncio.get_running_loop().call_later(
-                    self._session.options.false_interruption_timeout, self._resume_paused
-                )
+        # Too short to interrupt (or, with min_interruption_words, no words yet): maybe
+        # only a noise. A paused reply resumes unless words arrive before the timeout.
+        self._cancel(self._barge_in_timer)
+        self._barge_in_timer = None
+        if self._paused is not None:
+            self._resume_timer = asyncio.get_running_loop().call_later(
+                self._session.options.false_interruption_timeout, self._resume_paused
+            )
         frames, self._utterance = self._utterance, []
         # The user stopped when the silence began, not when the VAD was sure of it.
         self._ended_at = asyncio.get_running_loop().time() - event.silence_duration
