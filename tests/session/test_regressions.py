@@ -158,7 +158,7 @@ class SlowTextOutput(rj.TextOutput):
         self.segments: list[str] = []
 
     async def capture_text(self, text: str) -> None:
-        await asyncio.sleep(1.0)
+        await advance(1.0)
         self.shown.append(text)
 
     def flush(self) -> None:
@@ -273,7 +273,7 @@ async def test_interrupt_right_after_a_speech_was_scheduled_resolves_it(
         h = await make_session(ScriptedLLM([]))  # a fresh session per timing
         handle = h.session.say(f"Hello {ticks}")
         for _ in range(ticks):
-            await asyncio.sleep(0)
+            await advance(0)  # one loop iteration, no time
         await h.session.interrupt()
         try:
             await asyncio.wait_for(handle, 1.0)
@@ -417,7 +417,7 @@ async def test_aclose_during_a_handoff_runs_on_exit_once(make_session: MakeSessi
     class Slow(rj.Agent):
         async def on_exit(self) -> None:
             exits.append(self.id)
-            await asyncio.sleep(1.0)
+            await advance(1.0)
 
     h = await make_session(None, Slow(instructions="a", id="A"))
     h.session.update_agent(rj.Agent(instructions="b", id="B"))
