@@ -331,13 +331,16 @@ class AgentActivity:
     # ------------------------------------------------------ preemptive replies
 
     def start_preemptive(self, user_text: str) -> None:
-        """Start generating a reply to ``user_text`` before the user's turn has ended."""
+        """Start generating a reply to ``user_text`` before the user's turn has ended
+        (kept as is when one for the same text and context is already running)."""
+        tools = self._offered_tools(0)
+        key = self._preemptive_key(user_text, self.agent.chat_ctx.items, tools)
+        if self._preemptive is not None and self._preemptive.key == key:
+            return
         self.discard_preemptive("a newer attempt")
         llm = self.agent.llm or self._session.llm
         if llm is None or self._tg is None:
             return
-        tools = self._offered_tools(0)
-        key = self._preemptive_key(user_text, self.agent.chat_ctx.items, tools)
         prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self.id))
         self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
         context = self._chat_context(None)

@@ -196,6 +196,11 @@ class UserTurns:
         )
         self._words_heard(text)
 
+    def _speculate(self, text: str) -> None:
+        activity = self._session._activity
+        if activity is not None:
+            activity.start_preemptive(text)
+
     def _recognize(self, frames: list[AudioFrame]) -> None:
         activity = self._session._activity
         if activity is None or activity._tg is None or not frames:
@@ -219,13 +224,8 @@ class UserTurns:
             )
             self._transcript.append(text)
             self._words_heard(text)
-            activity = self._session._activity
-            if (
-                self._session.options.preemptive_generation
-                and activity is not None
-                and not self._vad.speaking
-            ):
-                activity.start_preemptive(" ".join(self._transcript))
+            if self._session.options.preemptive_generation and not self._vad.speaking:
+                self._speculate(" ".join(self._transcript))
         if not self.manual:
             self._schedule_commit()
 
