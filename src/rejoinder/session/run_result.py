@@ -92,9 +92,6 @@ class RunExpectation:
         if self._cursor < len(self._items):
             self._fail(f"expected no more events, but #{self._cursor} and later remain")
 
-    def __getitem__(self, index: int) -> EventAssert:
-        return EventAssert(self._items[index], index % max(1, len(self._items)), self)
-
     def _fail(self, message: str) -> NoReturn:
         lines = [
             f"  {'>' if i == self._cursor - 1 else ' '} #{i} {describe(item)}"
