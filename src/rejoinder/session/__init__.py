@@ -1,6 +1,7 @@
 """The asyncio runtime: sessions, agents, speeches, tools."""
 
 from .agent import Agent
+from .agent_task import AgentTask
 from .events import (
     AgentStateChangedEvent,
     CloseEvent,
@@ -23,6 +24,7 @@ __all__ = [
     "Agent",
     "AgentSession",
     "AgentStateChangedEvent",
+    "AgentTask",
     "CloseEvent",
     "ConversationItemAddedEvent",
     "ErrorEvent",

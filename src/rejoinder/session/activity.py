@@ -58,6 +58,8 @@ class AgentActivity:
         self._queue: list[tuple[int, int, SpeechHandle]] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
         self._deferred: list[Obligation] = []
         self._current: SpeechHandle | None = None
         """The speech whose output is being delivered."""
@@ -208,8 +210,16 @@ class AgentActivity:
                 return handle
         return None
 
+    def pause(self) -> None:
+        """Another agent (an AgentTask) is current: say nothing until ``resume``."""
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
     async def _schedule_forever(self) -> None:
         while True:
+            await self._resumed.wait()
             speech = self._next_speech()
             if speech is None:
                 if self._deferred:

@@ -8,8 +8,9 @@ for work to unwind after cancellation, ``drain`` at most its ``timeout``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
 from ..io.text import TextOutput
-from ..models import LLM, AgentHandoff, ChatContext, ChatItem
+from ..models import LLM, AgentHandoff, ChatContext, ChatItem, ChatMessage
 from .activity import AgentActivity
 from .agent import Agent
+from .agent_task import AgentTask, running_session
 from .events import (
     CloseEvent,
     ConversationItemAddedEvent,
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder")
 
 Userdata = TypeVar("Userdata")
+T = TypeVar("T")
+
+
+def _is_instruction(item: ChatItem) -> bool:
+    return isinstance(item, ChatMessage) and item.role in ("system", "developer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +135,7 @@ class AgentSession(Generic[Userdata]):
         self._close_task: asyncio.Task[None] | None = None
         self._handoff_lock = asyncio.Lock()
         self._user_turns: UserTurns | None = None
+        self._context = contextvars.copy_context()
 
     # -------------------------------------------------------------- reading
 
@@ -184,7 +192,13 @@ class AgentSession(Generic[Userdata]):
         loop = asyncio.get_running_loop()
         self._turn_state_ = TurnState(self._floor, self._events, loop)
         ready: asyncio.Future[None] = loop.create_future()
-        self._root = loop.create_task(self._supervise(ready), name="rejoinder-session")
+        # Everything the session runs starts in this context, so `await SomeTask()`
+        # finds its session (without touching the caller's own context).
+        self._context = contextvars.copy_context()
+        self._context.run(running_session.set, self)
+        self._root = loop.create_task(
+            self._supervise(ready), name="rejoinder-session", context=self._context
+        )
         await ready
         self._turn_state.start()
         await self._start_activity(agent)
@@ -198,7 +212,7 @@ class AgentSession(Generic[Userdata]):
             raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
         assert self._tg is not None
         self._user_turns = UserTurns(self, self.vad, self.stt)
-        self._tg.create_task(self._user_turns.run(self.input.audio))
+        self._spawn(self._user_turns.run(self.input.audio))
 
     def commit_user_turn(self) -> None:
         """End the user's turn now (manual turn control)."""
@@ -250,7 +264,7 @@ class AgentSession(Generic[Userdata]):
             # handoff is queued to the agent that will say it.
             self._record(AgentHandoff(old_agent_id=handoff_from, new_agent_id=agent.id))
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._activity_task = self._tg.create_task(activity.run(ready))
+        self._activity_task = self._spawn(activity.run(ready))
         await ready
 
     async def _stop_activity(self) -> None:
@@ -270,6 +284,52 @@ class AgentSession(Generic[Userdata]):
         finally:
             activity.agent._session = None
             activity.stopped.set_result(None)
+
+    async def _run_task(self, task: AgentTask[T], outcome: asyncio.Future[T]) -> T:
+        """Pause the current agent, run ``task`` as the current one until it completes,
+        then resume the caller with its conversation merged in."""
+        caller = self._activity
+        if caller is None or self._tg is None or self._is_closing():
+            raise RuntimeError("the session is not running")
+        state = self._turn_state
+        # The caller's pending work stops counting while the task is current; a handoff
+        # obligation covers the switch until the task's first speech takes it over.
+        owed = state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=task.id)
+        state.open_new(owed)
+        caller.pause()
+        task._session = self
+        activity = AgentActivity(task, self, inherited=owed)
+        self._activity = activity
+        self._record(AgentHandoff(old_agent_id=caller.agent.id, new_agent_id=task.id))
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        running = self._spawn(activity.run(ready))
+        try:
+            await ready
+            await self._bounded(activity.entered, f"{task.id}.on_enter")
+            state.close(owed, "entered")
+            return await outcome
+        finally:
+            await self._return_from_task(caller, activity, running)
+
+    async def _return_from_task(
+        self, caller: AgentActivity, activity: AgentActivity, running: asyncio.Task[None]
+    ) -> None:
+        task = activity.agent
+        await self._bounded(task.on_exit(), f"{task.id}.on_exit")
+        if self._activity is activity:
+            self._activity = caller
+        # The caller is live again before the task's own work is dropped: its tool is
+        # still owed, so there is no listening gap.
+        if not self._is_closing():
+            self._turn_state.set_current(caller.id)
+        running.cancel()
+        await self._bounded(asyncio.wait((running,)), f"stopping {task.id}")
+        task._session = None
+        merged = [item for item in task.chat_ctx.items if not _is_instruction(item)]
+        caller.agent.chat_ctx.items.extend(merged)
+        if not self._is_closing():
+            self._record(AgentHandoff(old_agent_id=task.id, new_agent_id=caller.agent.id))
+        caller.resume()
 
     def update_agent(self, agent: Agent) -> asyncio.Future[None]:
         """Hand the conversation to ``agent`` (the old one exits first). Handoffs run one
@@ -304,7 +364,7 @@ class AgentSession(Generic[Userdata]):
             if not done.done():
                 done.set_result(None)
 
-        self._tg.create_task(switch()).add_done_callback(finished)
+        self._spawn(switch()).add_done_callback(finished)
         return done
 
     async def aclose(self) -> None:
@@ -442,6 +502,13 @@ class AgentSession(Generic[Userdata]):
         if self._is_closing():
             raise RuntimeError("the session is closing")
         return self._activity
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task in the session's scope and context."""
+        if self._tg is None:
+            coro.close()
+            raise RuntimeError("the session is not running")
+        return self._tg.create_task(coro, context=self._context.copy())
 
     def _is_closing(self) -> bool:
         return self._close_task is not None

@@ -1,0 +1,80 @@
+"""AgentTask[T]: an agent that runs until it has a result for the agent that awaited it.
+
+    class GetEmail(rj.AgentTask[str]):
+        def __init__(self) -> None:
+            super().__init__(instructions="Ask for the user's email address.")
+
+        @rj.function_tool
+        async def record(self, email: str) -> None:
+            \"\"\"Record the address.\"\"\"
+            self.complete(email)
+
+    # inside a tool or on_enter of the current agent:
+    email = await GetEmail()
+
+Awaiting it pauses the calling agent (its tools keep running, but it says nothing and
+its work does not count as owed while the task is current), makes the task current,
+and resumes the caller with the result once the task calls ``complete``. The task's
+conversation is merged into the caller's. Tasks nest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..models import ToolError
+from .agent import Agent
+
+if TYPE_CHECKING:
+    from .session import AgentSession
+
+T = TypeVar("T")
+
+# Set by each session for the tasks it runs, so `await SomeTask()` finds its session.
+running_session: contextvars.ContextVar[AgentSession[Any] | None] = contextvars.ContextVar(
+    "rejoinder_session", default=None
+)
+
+
+class AgentTask(Agent, Generic[T]):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._outcome: asyncio.Future[T] | None = None
+
+    def _future(self) -> asyncio.Future[T]:
+        if self._outcome is None:
+            self._outcome = asyncio.get_running_loop().create_future()
+        return self._outcome
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None and self._outcome.done()
+
+    def complete(self, result: T | BaseException) -> None:
+        """Finish with ``result`` (or raise it in the awaiting agent if it is an exception).
+        Later calls are ignored."""
+        future = self._future()
+        if future.done():
+            return
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+
+    def cancel(self) -> None:
+        """End the task without a result: the awaiting agent gets a ``ToolError``."""
+        self.complete(ToolError(f"the task {self.id} was cancelled"))
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._run().__await__()
+
+    async def _run(self) -> T:
+        session = running_session.get()
+        if session is None:
+            raise RuntimeError(
+                f"await {self.id} from a tool or hook of an agent running in a session"
+            )
+        return await session._run_task(self, self._future())
