@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/vad_cpu.py
+
+# The randomized lifecycle test with 100,000 sequences (CI runs 500).
+stress: $(STAMP)
+	REJOINDER_STRESS_EXAMPLES=100000 $(BIN)/pytest -p no:cacheprovider tests/session/test_lifecycle_random.py
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

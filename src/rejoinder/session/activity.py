@@ -71,6 +71,8 @@ class AgentActivity:
         """A debt handed to this agent (a handoff): its first speech takes it over."""
         self.entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         """Resolves once ``on_enter`` has returned (or failed)."""
+        self.task: asyncio.Task[None] | None = None
+        """The activity's scope, once the session started it."""
         self.stopped: asyncio.Future[None] | None = None
         """Set by the session while it stops this activity."""
         self._system_message: ChatMessage | None = None
@@ -95,11 +97,16 @@ class AgentActivity:
                 tg.create_task(self._enter())
                 await self._schedule_forever()
         finally:
-            self.discard_preemptive("the agent stopped")
             self._tg = None
-            self._closed = True
-            self._drop_queue()
-            self._state.remove_owner(self.id)
+            self.abandon()
+
+    def abandon(self) -> None:
+        """This agent will say nothing more: drop speculation, resolve queued speeches,
+        and close what it still owed."""
+        self._closed = True
+        self.discard_preemptive("the agent stopped")
+        self._drop_queue()
+        self._state.remove_owner(self.id)
 
     @property
     def current_speech(self) -> SpeechHandle | None:

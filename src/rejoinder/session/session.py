@@ -129,7 +129,6 @@ class AgentSession(Generic[Userdata]):
         self._history = ChatContext()
         self._turn_state_: TurnState | None = None
         self._activity: AgentActivity | None = None
-        self._activity_task: asyncio.Task[None] | None = None
         self._root: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -201,7 +200,8 @@ class AgentSession(Generic[Userdata]):
         )
         await ready
         self._turn_state.start()
-        await self._start_activity(agent)
+        self._activity = self._new_activity(agent)
+        await self._run_activity(self._activity)
         self._start_listening()
 
     def _start_listening(self) -> None:
@@ -251,27 +251,22 @@ class AgentSession(Generic[Userdata]):
         finally:
             self._tg = None
 
-    async def _start_activity(
-        self, agent: Agent, *, handoff_from: str | None = None, owed: Obligation | None = None
-    ) -> None:
-        if self._tg is None:
-            raise RuntimeError("the session is not running")
+    def _new_activity(self, agent: Agent, owed: Obligation | None = None) -> AgentActivity:
         agent._session = self
-        activity = AgentActivity(agent, self, inherited=owed)
-        self._activity = activity
-        if handoff_from is not None:
-            # Recorded once the new agent is in place: anything said in reaction to the
-            # handoff is queued to the agent that will say it.
-            self._record(AgentHandoff(old_agent_id=handoff_from, new_agent_id=agent.id))
+        return AgentActivity(agent, self, inherited=owed)
+
+    async def _run_activity(self, activity: AgentActivity) -> None:
+        """Start ``activity``'s scope; return once it is the current agent."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._activity_task = self._spawn(activity.run(ready))
+        activity.task = self._spawn(activity.run(ready))
         await ready
 
-    async def _stop_activity(self) -> None:
-        """Exit the current agent: ``on_exit`` once, then cancel its scope (both bounded).
-        A second caller waits for the first one's stop."""
-        activity, task = self._activity, self._activity_task
-        if activity is None or task is None:
+    async def _stop(self, activity: AgentActivity) -> None:
+        """Exit an agent: ``on_exit`` once, then cancel its scope (both bounded). A
+        second caller waits for the first one's stop; one that never ran has no exit."""
+        task = activity.task
+        if task is None:
+            activity.abandon()  # it never ran: resolve what was queued to it
             return
         if activity.stopped is not None:
             await asyncio.shield(activity.stopped)
@@ -297,34 +292,26 @@ class AgentSession(Generic[Userdata]):
         owed = state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=task.id)
         state.open_new(owed)
         caller.pause()
-        task._session = self
-        activity = AgentActivity(task, self, inherited=owed)
+        activity = self._new_activity(task, owed)
         self._activity = activity
         self._record(AgentHandoff(old_agent_id=caller.agent.id, new_agent_id=task.id))
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        running = self._spawn(activity.run(ready))
         try:
-            await ready
+            await self._run_activity(activity)
             await self._bounded(activity.entered, f"{task.id}.on_enter")
             state.close(owed, "entered")
             return await outcome
         finally:
-            await self._return_from_task(caller, activity, running)
+            await self._return_from_task(caller, activity)
 
-    async def _return_from_task(
-        self, caller: AgentActivity, activity: AgentActivity, running: asyncio.Task[None]
-    ) -> None:
+    async def _return_from_task(self, caller: AgentActivity, activity: AgentActivity) -> None:
         task = activity.agent
-        await self._bounded(task.on_exit(), f"{task.id}.on_exit")
         if self._activity is activity:
             self._activity = caller
         # The caller is live again before the task's own work is dropped: its tool is
         # still owed, so there is no listening gap.
         if not self._is_closing():
             self._turn_state.set_current(caller.id)
-        running.cancel()
-        await self._bounded(asyncio.wait((running,)), f"stopping {task.id}")
-        task._session = None
+        await self._stop(activity)
         merged = [item for item in task.chat_ctx.items if not _is_instruction(item)]
         caller.agent.chat_ctx.items.extend(merged)
         if not self._is_closing():
@@ -348,14 +335,20 @@ class AgentSession(Generic[Userdata]):
                 if self._is_closing():
                     return
                 old = self._activity
-                await self._stop_activity()
+                # The incoming agent is current from now on: what is said meanwhile is
+                # queued to it, and the outgoing agent's pending work no longer counts.
+                new = self._new_activity(agent, owed)
+                self._activity = new
+                self._turn_state.set_current(new.id)
+                self._record(
+                    AgentHandoff(old_agent_id=old.agent.id if old else None, new_agent_id=agent.id)
+                )
+                if old is not None:
+                    await self._stop(old)
                 if self._is_closing():
                     return
-                await self._start_activity(
-                    agent, handoff_from=old.agent.id if old else None, owed=owed
-                )
-                assert self._activity is not None
-                await self._bounded(self._activity.entered, f"{agent.id}.on_enter")
+                await self._run_activity(new)
+                await self._bounded(new.entered, f"{agent.id}.on_enter")
 
         def finished(_: object) -> None:
             # Also runs when the switch was cancelled before it started (session closing).
@@ -376,7 +369,8 @@ class AgentSession(Generic[Userdata]):
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        await self._stop_activity()
+        if self._activity is not None:
+            await self._stop(self._activity)
         if self._root is not None:
             self._root.cancel()
             await self._bounded(asyncio.wait((self._root,)), "closing the session")

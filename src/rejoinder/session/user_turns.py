@@ -202,11 +202,11 @@ class UserTurns:
             activity.start_preemptive(text)
 
     def _recognize(self, frames: list[AudioFrame]) -> None:
-        activity = self._session._activity
-        if activity is None or activity._tg is None or not frames:
+        if not frames or self._session._is_closing():
             return
         self._recognizing += 1
-        activity._tg.create_task(self._recognize_utterance(frames))
+        # In the session's scope: an utterance outlives a handoff.
+        self._session._spawn(self._recognize_utterance(frames))
 
     async def _recognize_utterance(self, frames: list[AudioFrame]) -> None:
         try:

@@ -1,0 +1,178 @@
+"""Randomized lifecycle test: random sequences of user turns (plain, tools inline and in
+the background, failures, handoffs, AgentTasks), say(), interrupts and time passing, then
+a close, on virtual time. After every step the reported state must follow from the floor's
+facts; every operation must finish within its bound; after the close nothing of ours may
+still run and the history must pair every tool call with exactly one output.
+
+``REJOINDER_STRESS_EXAMPLES`` raises the example count (``make stress`` runs 100,000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from typing import Any
+
+import looptime
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rejoinder as rj
+from rejoinder.testing import Delay, Fail, ScriptedLLM, StateTimeline, ToolCall
+
+EXAMPLES = int(os.environ.get("REJOINDER_STRESS_EXAMPLES", "500"))
+TURN_KINDS = ["text", "quick", "slow", "background", "handoff", "task", "fail"]
+BOUND = 120.0  # virtual seconds any single operation may take
+
+
+class SubTask(rj.AgentTask[str]):
+    async def on_enter(self) -> None:
+        self.session.say("One question first.")
+        await asyncio.sleep(1.0)
+        self.complete("answered")
+
+
+@rj.function_tool
+async def quick() -> str:
+    """Quick."""
+    await asyncio.sleep(0.2)
+    return "quick ok"
+
+
+@rj.function_tool
+async def slow() -> str:
+    """Slow."""
+    await asyncio.sleep(3.0)
+    return "slow ok"
+
+
+@rj.function_tool
+async def background(ctx: rj.RunContext[None]) -> str:
+    """Background."""
+    await ctx.update("started")
+    await asyncio.sleep(2.0)
+    return "background done"
+
+
+@rj.function_tool
+async def handoff() -> rj.Agent:
+    """Hand over."""
+    return make_agent("other")
+
+
+@rj.function_tool
+async def task() -> str:
+    """Run a sub-task."""
+    return await SubTask(instructions="sub", id="sub")
+
+
+def make_agent(name: str) -> rj.Agent:
+    return rj.Agent(instructions=name, id=name, tools=[quick, slow, background, handoff, task])
+
+
+def model(ctx: rj.ChatContext) -> list[Any]:
+    last = ctx.items[-1] if ctx.items else None
+    if isinstance(last, rj.ChatMessage) and last.role == "user":
+        kind = last.content
+        if kind == "text":
+            return ["Hi", Delay(0.5), " there."]
+        if kind == "fail":
+            return ["Par", Fail("boom")]
+        if kind in ("quick", "background", "handoff", "task"):
+            return [ToolCall(kind)]
+        if kind == "slow":
+            return ["Wait.", Delay(0.3), ToolCall("slow")]
+    return ["Done", Delay(0.2), "."]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("user"), st.sampled_from(TURN_KINDS)),
+        st.tuples(st.just("run"), st.sampled_from(TURN_KINDS)),
+        st.tuples(st.just("say"), st.booleans()),
+        st.tuples(st.just("interrupt")),
+        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.1, 0.5, 1.0, 2.5, 5.0])),
+    ),
+    max_size=12,
+)
+
+
+def check_floor(session: rj.AgentSession[Any]) -> None:
+    """The reported state is the one the floor's facts give (DESIGN §1, §4 a-c)."""
+    floor = session._turn_state.floor
+    open_obs = floor.open_obligations()
+    live = [ob for ob in open_obs if floor.is_live(ob.owner)]
+    if any(ob.audible and not ob.yielded for ob in open_obs):
+        expected = "speaking"
+    elif any(ob.committed and not ob.yielded for ob in live):
+        expected = "thinking"
+    else:
+        expected = "listening"
+    assert session.agent_state == expected, (session.agent_state, open_obs)
+    if live:
+        assert session.user_state != "away", open_obs
+
+
+def check_history(history: rj.ChatContext) -> None:
+    ids = Counter(item.id for item in history.items)
+    assert all(n == 1 for n in ids.values()), "an item was recorded twice"
+    calls = [i.call_id for i in history.items if isinstance(i, rj.FunctionCall)]
+    outputs = [i.call_id for i in history.items if isinstance(i, rj.FunctionCallOutput)]
+    assert len(calls) == len(set(calls)), "a call id repeats"
+    assert Counter(outputs) == Counter(calls), (calls, outputs)
+    seen: set[str] = set()
+    for item in history.items:
+        if isinstance(item, rj.FunctionCall):
+            seen.add(item.call_id)
+        elif isinstance(item, rj.FunctionCallOutput):
+            assert item.call_id in seen, f"output before its call: {item.call_id}"
+
+
+async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
+    before = {t for t in asyncio.all_tasks() if not t.done()}
+    session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM(model), user_away_timeout=4.0)  # type: ignore[arg-type]
+    session.output.transcription = rj.MemoryTextOutput()
+    StateTimeline(session)  # raises if an event's old state is not the previous new state
+    await session.start(make_agent("front"))
+    handles: list[rj.SpeechHandle] = []
+    for op in ops:
+        name = op[0]
+        if name == "user":
+            handles.append(session.generate_reply(user_input=op[1]))
+        elif name == "run":
+            await asyncio.wait_for(session.run(user_input=op[1]), BOUND)
+        elif name == "say":
+            handles.append(session.say("A notice.", allow_interruptions=op[1]))
+        elif name == "interrupt":
+            await asyncio.wait_for(session.interrupt(), BOUND)
+        else:
+            await asyncio.sleep(op[1])
+        check_floor(session)
+    if close_with_drain:
+        await asyncio.wait_for(session.drain(timeout=60.0), BOUND)
+    else:
+        await asyncio.wait_for(session.aclose(), BOUND)
+    assert session.agent_state == "listening"
+    await asyncio.sleep(0)
+    leaked = {t for t in asyncio.all_tasks() if not t.done()} - before - {asyncio.current_task()}
+    assert not leaked, leaked
+    assert all(h.done() for h in handles)
+    check_history(session.history)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=EXAMPLES <= 500,  # CI runs the same 500 sequences every time
+)
+@given(ops=operations, close_with_drain=st.booleans())
+def test_random_lifecycles_keep_every_promise(
+    ops: list[tuple[Any, ...]], close_with_drain: bool
+) -> None:
+    loop = looptime.new_event_loop(start=0)
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(ops, close_with_drain), 3600))
+    finally:
+        loop.close()
