@@ -239,3 +239,44 @@ async def test_streaming_tts_interruption_uses_its_word_timings() -> None:
     assert isinstance(last, rj.ChatMessage)
     assert (last.content, last.interrupted) == ("one two three", True)
     await v.session.aclose()
+
+
+class StuckOutput(rj.AudioOutput):
+    """Accepts audio, reports playback started, and never reports it finished."""
+
+    def __init__(self) -> None:
+        super().__init__(sample_rate=24000, can_pause=False)
+        self.started = False
+
+    async def capture_frame(self, frame: rj.AudioFrame) -> None:
+        if not self.started:
+            self.started = True
+            self._report_started()
+
+    def flush(self) -> None:
+        pass
+
+    def clear_buffer(self) -> None:
+        pass
+
+
+async def test_c2_lifecycle_calls_are_bounded_when_the_audio_output_hangs() -> None:
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=LLM([["This will never finish playing."], ["Nor this."]]),
+        tts=ScriptedTTS(),
+        user_away_timeout=None,
+        obligation_timeouts={"reply": 60.0},
+    )
+    session.output.audio = StuckOutput()
+    await session.start(rj.Agent(instructions="t"))
+    first = session.generate_reply(user_input="x")
+    await advance(5.0)
+    assert session.agent_state == "speaking"
+    await asyncio.wait_for(session.interrupt(), 1.0)  # returns although nothing confirms
+    assert first.interrupted
+    session.generate_reply(user_input="y")
+    await advance(5.0)
+    t0 = asyncio.get_running_loop().time()
+    await asyncio.wait_for(session.drain(timeout=10.0), 30)  # bounded by its timeout
+    assert asyncio.get_running_loop().time() - t0 == pytest.approx(10.0)
+    assert session.agent_state == "listening"

@@ -444,3 +444,25 @@ async def test_tool_returning_an_agent_hands_over(make_session: MakeSession) -> 
     assert h.output.segments == ["Transferring.", "Billing here."]
     assert len(llm.calls) == 1  # no follow-up from the agent that handed over
     assert h.session.agent_state == "listening"
+
+
+async def test_session_tools_survive_a_handoff(make_session: MakeSession) -> None:
+    @rj.function_tool
+    async def clock() -> str:
+        """What time is it."""
+        return "noon"
+
+    @rj.function_tool
+    async def transfer() -> rj.Agent:
+        """Transfer."""
+        return rj.Agent(instructions="second", id="second")
+
+    llm = LLM([[ToolCall("transfer")], [ToolCall("clock")], ["It is noon."]])
+    h = await make_session(
+        llm, rj.Agent(instructions="first", tools=[transfer], id="first"), tools=[clock]
+    )
+    await h.session.run(user_input="transfer me")
+    assert [t.name for t in llm.calls[0].tools] == ["clock", "transfer"]
+    result = await h.session.run(user_input="time?")
+    assert [t.name for t in llm.calls[1].tools] == ["clock"]  # agent tools stay behind
+    assert result.final_output == "It is noon."

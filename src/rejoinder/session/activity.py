@@ -104,6 +104,12 @@ class AgentActivity:
         """This agent will say nothing more: drop speculation, resolve queued speeches,
         and close what it still owed."""
         self._closed = True
+        if self._deferred:
+            logger.warning(
+                "%s stopped with %d background result(s) not yet spoken; dropped",
+                self.agent.id,
+                len(self._deferred),
+            )
         self.discard_preemptive("the agent stopped")
         self._drop_queue()
         self._state.remove_owner(self.id)
@@ -343,7 +349,7 @@ class AgentActivity:
     def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
         if step >= self._session.options.max_tool_steps:
             return {}
-        return {t.name: t for t in self.agent.tools}
+        return {t.name: t for t in (*self._session.tools, *self.agent.tools)}
 
     # ------------------------------------------------------ preemptive replies
 

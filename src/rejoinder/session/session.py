@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -32,6 +32,7 @@ from .events import (
 )
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
+from .tools import FunctionTool
 from .turn_state import TurnState
 from .user_turns import UserTurns
 
@@ -92,6 +93,7 @@ class AgentSession(Generic[Userdata]):
         preemptive_generation: bool = False,
         user_away_timeout: float | None = 15.0,
         max_tool_steps: int = 3,
+        tools: Sequence[FunctionTool] = (),
         turn_detection: Literal["vad", "manual"] = "vad",
         min_interruption_words: int = 0,
         resume_false_interruption: bool = True,
@@ -105,6 +107,9 @@ class AgentSession(Generic[Userdata]):
         if close_timeout <= 0:
             raise ValueError("close_timeout must be positive")
         self.llm = llm
+        self.tools: list[FunctionTool] = list(tools)
+        """Session-scoped tools: offered to every agent, so they survive handoffs (an
+        agent's own tool of the same name wins)."""
         self.stt, self.tts, self.vad = stt, tts, vad
         self.options = SessionOptions(
             allow_interruptions=allow_interruptions,
