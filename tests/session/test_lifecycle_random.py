@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.testing import Delay, Fail, ScriptedLLM, StateTimeline, ToolCall
+from rejoinder.testing import Delay, Fail, ScriptedLLM, StateTimeline, ToolCall, advance
 
 EXAMPLES = int(os.environ.get("REJOINDER_STRESS_EXAMPLES", "500"))
 TURN_KINDS = ["text", "quick", "slow", "background", "handoff", "task", "fail"]
@@ -29,21 +29,21 @@ BOUND = 120.0  # virtual seconds any single operation may take
 class SubTask(rj.AgentTask[str]):
     async def on_enter(self) -> None:
         self.session.say("One question first.")
-        await asyncio.sleep(1.0)
+        await advance(1.0)
         self.complete("answered")
 
 
 @rj.function_tool
 async def quick() -> str:
     """Quick."""
-    await asyncio.sleep(0.2)
+    await advance(0.2)
     return "quick ok"
 
 
 @rj.function_tool
 async def slow() -> str:
     """Slow."""
-    await asyncio.sleep(3.0)
+    await advance(3.0)
     return "slow ok"
 
 
@@ -51,7 +51,7 @@ async def slow() -> str:
 async def background(ctx: rj.RunContext[None]) -> str:
     """Background."""
     await ctx.update("started")
-    await asyncio.sleep(2.0)
+    await advance(2.0)
     return "background done"
 
 
@@ -154,7 +154,7 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
     else:
         await asyncio.wait_for(session.aclose(), BOUND)
     assert session.agent_state == "listening"
-    await asyncio.sleep(0)
+    await advance(0)
     leaked = {t for t in asyncio.all_tasks() if not t.done()} - before - {asyncio.current_task()}
     assert not leaked, leaked
     assert all(h.done() for h in handles)
