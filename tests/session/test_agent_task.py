@@ -155,3 +155,67 @@ async def test_aclose_while_a_task_runs_leaves_nothing_running() -> None:
 async def test_awaiting_a_task_outside_a_session_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="from a tool or hook"):
         await GetName()
+
+
+async def test_deferred_reply_of_a_paused_agent_waits_for_it_to_resume(
+    make_session: MakeSession,
+) -> None:
+    """A background result owed by the caller lands while a task is current: it is spoken
+    by the caller after it resumes, not by (or over) the task."""
+
+    class Quiz(rj.AgentTask[str]):
+        async def on_enter(self) -> None:
+            self.session.say("Quick question.")
+            await advance(5.0)
+            self.complete("done")
+
+    @rj.function_tool
+    async def timer(ctx: rj.RunContext[None]) -> str:
+        """Start a timer."""
+        await ctx.update("started")
+        await advance(2.0)
+        return "timer finished"
+
+    @rj.function_tool
+    async def quiz() -> str:
+        """Run the quiz."""
+        return await Quiz(instructions="quiz", id="quiz")
+
+    def model(ctx: rj.ChatContext) -> list[Any]:
+        last = ctx.items[-1]
+        if isinstance(last, rj.ChatMessage) and last.content == "both":
+            return [ToolCall("timer"), ToolCall("quiz")]
+        if isinstance(last, rj.FunctionCallOutput) and last.output == "timer finished":
+            return ["Your timer finished."]
+        return ["Okay."]
+
+    h = await make_session(
+        ScriptedLLM(model),  # type: ignore[arg-type]
+        rj.Agent(instructions="front", tools=[timer, quiz], id="front"),
+    )
+    h.session.generate_reply(user_input="both")
+    await advance(3.0)  # the timer finished at t=2, while the quiz is current
+    assert h.session.current_agent.id == "quiz"
+    assert "Your timer finished." not in h.output.segments
+    await advance(10.0)
+    assert h.session.current_agent.id == "front"
+    assert h.output.segments.index("Quick question.") < h.output.segments.index(
+        "Your timer finished."
+    )
+
+
+async def test_agent_task_awaited_in_on_exit(make_session: MakeSession) -> None:
+    class Survey(rj.AgentTask[str]):
+        async def on_enter(self) -> None:
+            self.complete("5 stars")
+
+    ratings: list[str] = []
+
+    class Leaving(rj.Agent):
+        async def on_exit(self) -> None:
+            ratings.append(await Survey(instructions="survey", id="survey"))
+
+    h = await make_session(ScriptedLLM([]), Leaving(instructions="leaving", id="leaving"))
+    await asyncio.wait_for(h.session.update_agent(rj.Agent(instructions="n", id="next")), 30)
+    assert ratings == ["5 stars"]
+    assert h.session.current_agent.id == "next"
