@@ -9,6 +9,7 @@ from .chat import (
     FunctionCallOutput,
     Role,
 )
+from .fallback import FallbackLLM
 from .llm import LLM, ChatChunk, LLMError, NamedToolChoice, ToolCallRequest, ToolChoice, Usage
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 
@@ -19,6 +20,7 @@ __all__ = [
     "ChatContext",
     "ChatItem",
     "ChatMessage",
+    "FallbackLLM",
     "FunctionCall",
     "FunctionCallOutput",
     "LLMError",
