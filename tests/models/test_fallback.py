@@ -54,3 +54,45 @@ async def test_every_llm_failing_is_one_clear_error() -> None:
 def test_needs_at_least_one_llm() -> None:
     with pytest.raises(ValueError, match="at least one"):
         rj.FallbackLLM([])
+
+
+async def test_tts_falls_back_before_audio_but_never_repeats_a_sentence() -> None:
+    from rejoinder.testing import ScriptedTTS
+
+    broken = ScriptedTTS(fail_on="Hello")
+    backup = ScriptedTTS()
+    voices = rj.FallbackTTS([broken, backup])
+    frames = [item async for item in voices.synthesize("Hello there.")]
+    assert len(frames) == round(backup.duration_of("Hello there.") * 50)
+    assert not voices.available(broken)
+    assert backup.texts == ["Hello there."]
+
+    class MidSentenceFailure(ScriptedTTS):
+        async def synthesize(self, text: str):  # type: ignore[no-untyped-def,override]
+            yield rj.AudioFrame.silence(0.02, self.sample_rate)
+            raise rj.models.tts.TTSError("died mid-sentence")
+
+    spare = ScriptedTTS()
+    voices = rj.FallbackTTS([MidSentenceFailure(), spare])
+    with pytest.raises(rj.models.tts.TTSError, match="mid-sentence"):
+        _ = [item async for item in voices.synthesize("Some words.")]
+    assert spare.texts == []  # the heard part is not said again by another voice
+
+
+def test_tts_voices_must_share_a_format() -> None:
+    from rejoinder.testing import ScriptedTTS
+
+    with pytest.raises(ValueError, match="share sample rate"):
+        rj.FallbackTTS([ScriptedTTS(sample_rate=24000), ScriptedTTS(sample_rate=16000)])
+
+
+async def test_stt_falls_back_per_utterance() -> None:
+    from rejoinder.testing import ScriptedSTT
+
+    broken = ScriptedSTT(["unused"], fail=True)
+    backup = ScriptedSTT(["hello there"])
+    stt = rj.FallbackSTT([broken, backup])
+    assert await stt.recognize([rj.AudioFrame.silence(0.5, 16000)]) == "hello there"
+    assert not stt.available(broken)
+    with pytest.raises(rj.models.stt.STTError, match="every STT failed"):
+        await rj.FallbackSTT([ScriptedSTT([], fail=True)]).recognize([])

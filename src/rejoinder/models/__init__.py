@@ -9,7 +9,7 @@ from .chat import (
     FunctionCallOutput,
     Role,
 )
-from .fallback import FallbackLLM
+from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
 from .llm import LLM, ChatChunk, LLMError, NamedToolChoice, ToolCallRequest, ToolChoice, Usage
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 
@@ -21,6 +21,8 @@ __all__ = [
     "ChatItem",
     "ChatMessage",
     "FallbackLLM",
+    "FallbackSTT",
+    "FallbackTTS",
     "FunctionCall",
     "FunctionCallOutput",
     "LLMError",
