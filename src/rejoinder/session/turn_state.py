@@ -102,32 +102,13 @@ class TurnState:
         self._forget(self._floor.open_obligations())
         self._apply(self._floor.close_all(self.now()))
 
-    def new(
-        self,
-        kind: ObligationKind,
-        owner: str,
-        *,
-        committed: bool | None = None,
-        label: str = "",
-        on_expire: Callable[[], None] | None = None,
-    ) -> Obligation:
-        """Create an obligation without opening it (to open it or hand over to it)."""
-        ob = self._floor.obligation(kind, owner=owner, committed=committed, label=label)
-        if on_expire is not None:
-            self._on_expire[ob.id] = on_expire
-        return ob
+    def new(self, kind: ObligationKind, owner: str, *, label: str = "") -> Obligation:
+        """Create an obligation without opening it (to open it, or hand over to it)."""
+        return self._floor.obligation(kind, owner=owner, label=label)
 
-    def open(
-        self,
-        kind: ObligationKind,
-        owner: str,
-        *,
-        committed: bool | None = None,
-        label: str = "",
-        on_expire: Callable[[], None] | None = None,
-    ) -> Obligation:
-        ob = self.new(kind, owner, committed=committed, label=label, on_expire=on_expire)
-        self._apply(self._floor.open(ob, self.now()))
+    def open(self, kind: ObligationKind, owner: str, *, label: str = "") -> Obligation:
+        ob = self.new(kind, owner, label=label)
+        self.open_new(ob)
         return ob
 
     def open_new(self, ob: Obligation, *, on_expire: Callable[[], None] | None = None) -> None:
