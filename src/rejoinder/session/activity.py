@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
 from ..models import (
+    LLM,
     ChatChunk,
     ChatContext,
     ChatItem,
@@ -305,7 +306,7 @@ class AgentActivity:
                 await self.agent.on_user_turn_completed(self.agent.chat_ctx, request.user_message)
             except StopResponse:
                 return
-        llm = self.agent.llm or self._session.llm
+        llm = self._chat_llm()
         if llm is None:
             raise RuntimeError(f"{self.agent.id} has no LLM to generate a reply with")
         # Background results already in the context are carried by this reply.
@@ -346,6 +347,11 @@ class AgentActivity:
             ),
         )
 
+    def _chat_llm(self) -> LLM | None:
+        """The chat model replies are generated with (a realtime model voices its own)."""
+        llm = self.agent.llm or self._session.llm
+        return llm if isinstance(llm, LLM) else None
+
     def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
         if step >= self._session.options.max_tool_steps:
             return {}
@@ -361,7 +367,7 @@ class AgentActivity:
         if self._preemptive is not None and self._preemptive.key == key:
             return
         self.discard_preemptive("a newer attempt")
-        llm = self.agent.llm or self._session.llm
+        llm = self._chat_llm()
         if llm is None or self._tg is None:
             return
         prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self.id))

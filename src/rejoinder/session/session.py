@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
 from ..io.text import TextOutput
 from ..models import LLM, AgentHandoff, ChatContext, ChatItem, ChatMessage
+from ..models.realtime import RealtimeModel
 from .activity import AgentActivity
 from .agent import Agent
 from .agent_task import AgentTask, running_session
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
+    from .realtime_driver import RealtimeDriver
 
 logger = logging.getLogger("rejoinder")
 
@@ -65,6 +67,7 @@ class SessionOptions:
     min_interruption_words: int
     resume_false_interruption: bool
     false_interruption_timeout: float
+    answer_timeout: float
 
 
 class SessionInput:
@@ -82,7 +85,7 @@ class AgentSession(Generic[Userdata]):
     def __init__(
         self,
         *,
-        llm: LLM | None = None,
+        llm: LLM | RealtimeModel | None = None,
         stt: STT | None = None,
         tts: TTS | None = None,
         vad: VAD | None = None,
@@ -101,11 +104,14 @@ class AgentSession(Generic[Userdata]):
         userdata: Userdata | None = None,
         obligation_timeouts: Mapping[str, float] | None = None,
         close_timeout: float = 5.0,
+        answer_timeout: float = 5.0,
     ) -> None:
         if max_tool_steps < 0:
             raise ValueError("max_tool_steps must be >= 0")
         if close_timeout <= 0:
             raise ValueError("close_timeout must be positive")
+        if not answer_timeout > 0:
+            raise ValueError("answer_timeout must be positive")
         self.llm = llm
         self.tools: list[FunctionTool] = list(tools)
         """Session-scoped tools: offered to every agent, so they survive handoffs (an
@@ -124,6 +130,7 @@ class AgentSession(Generic[Userdata]):
             min_interruption_words=min_interruption_words,
             resume_false_interruption=resume_false_interruption,
             false_interruption_timeout=false_interruption_timeout,
+            answer_timeout=answer_timeout,
         )
         # Validates kinds and values now, not at start().
         self._floor = Floor(user_away_timeout=user_away_timeout, watchdogs=obligation_timeouts)
@@ -139,6 +146,7 @@ class AgentSession(Generic[Userdata]):
         self._close_task: asyncio.Task[None] | None = None
         self._handoff_lock = asyncio.Lock()
         self._user_turns: UserTurns | None = None
+        self._realtime: RealtimeDriver | None = None
         self._context = contextvars.copy_context()
 
     # -------------------------------------------------------------- reading
@@ -206,12 +214,23 @@ class AgentSession(Generic[Userdata]):
         await ready
         self._turn_state.start()
         self._activity = self._new_activity(agent)
+        if isinstance(self.llm, RealtimeModel):
+            # Connected before on_enter runs, so the agent can speak from there.
+            from .realtime_driver import RealtimeDriver
+
+            self._realtime = RealtimeDriver(self, self.llm)
+            try:
+                await self._realtime.start(agent)
+            except BaseException:
+                await self.aclose()
+                raise
         await self._run_activity(self._activity)
         self._start_listening()
 
     def _start_listening(self) -> None:
-        """Run the microphone side when there is a microphone to listen to."""
-        if self.input.audio is None:
+        """Run the microphone side when there is a microphone to listen to (a realtime
+        model hears the microphone itself)."""
+        if self.input.audio is None or self._realtime is not None:
             return
         if self.vad is None or self.stt is None:
             raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
@@ -300,6 +319,8 @@ class AgentSession(Generic[Userdata]):
         activity = self._new_activity(task, owed)
         self._activity = activity
         self._record(AgentHandoff(old_agent_id=caller.agent.id, new_agent_id=task.id))
+        if self._realtime is not None:
+            self._realtime.agent_changed(task)
         try:
             await self._run_activity(activity)
             await self._bounded(activity.entered, f"{task.id}.on_enter")
@@ -321,6 +342,8 @@ class AgentSession(Generic[Userdata]):
         caller.agent.chat_ctx.items.extend(merged)
         if not self._is_closing():
             self._record(AgentHandoff(old_agent_id=task.id, new_agent_id=caller.agent.id))
+            if self._realtime is not None:
+                self._realtime.agent_changed(caller.agent)
         caller.resume()
 
     def update_agent(self, agent: Agent) -> asyncio.Future[None]:
@@ -352,6 +375,8 @@ class AgentSession(Generic[Userdata]):
                     await self._stop(old)
                 if self._is_closing():
                     return
+                if self._realtime is not None:
+                    self._realtime.agent_changed(agent)
                 await self._run_activity(new)
                 await self._bounded(new.entered, f"{agent.id}.on_enter")
 
@@ -373,9 +398,17 @@ class AgentSession(Generic[Userdata]):
             self._close_task = asyncio.get_running_loop().create_task(self._close())
         await asyncio.shield(self._close_task)
 
+    def _close_from_inside(self, reason: str) -> None:
+        """Start closing from a task the close will cancel (it must not await it)."""
+        if self._close_task is None:
+            logger.warning("closing the session: %s", reason)
+            self._close_task = asyncio.get_running_loop().create_task(self._close())
+
     async def _close(self) -> None:
         if self._activity is not None:
             await self._stop(self._activity)
+        if self._realtime is not None:
+            await self._bounded(self._realtime.aclose(), "closing the realtime connection")
         if self._root is not None:
             self._root.cancel()
             await self._bounded(asyncio.wait((self._root,)), "closing the session")
@@ -407,6 +440,11 @@ class AgentSession(Generic[Userdata]):
     # -------------------------------------------------------------- replies
 
     def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
+        if self._realtime is not None and self.tts is None:
+            raise RuntimeError(
+                "say() speaks text through a TTS; this session's realtime model voices its "
+                "own replies: use generate_reply(instructions=...) or give the session a tts="
+            )
         return self._running_activity().create_speech(
             source="say", text=text, allow_interruptions=allow_interruptions
         )
@@ -418,6 +456,9 @@ class AgentSession(Generic[Userdata]):
         instructions: str | None = None,
         allow_interruptions: bool | None = None,
     ) -> SpeechHandle:
+        if self._realtime is not None:
+            self._running_activity()  # raises if the session is not running
+            return self._realtime.generate_reply(instructions, user_input)
         if user_input is None:
             return self._running_activity().create_speech(
                 source="generate_reply",
@@ -481,6 +522,8 @@ class AgentSession(Generic[Userdata]):
             done.set_result(None)
             return done
         self._activity.discard_preemptive("interrupted")
+        if self._realtime is not None:
+            self._realtime.interrupt()
         return self._activity.interrupt()
 
     @contextmanager

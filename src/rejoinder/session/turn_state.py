@@ -102,9 +102,16 @@ class TurnState:
         self._forget(self._floor.open_obligations())
         self._apply(self._floor.close_all(self.now()))
 
-    def new(self, kind: ObligationKind, owner: str, *, label: str = "") -> Obligation:
+    def new(
+        self,
+        kind: ObligationKind,
+        owner: str,
+        *,
+        label: str = "",
+        committed: bool | None = None,
+    ) -> Obligation:
         """Create an obligation without opening it (to open it, or hand over to it)."""
-        return self._floor.obligation(kind, owner=owner, label=label)
+        return self._floor.obligation(kind, owner=owner, label=label, committed=committed)
 
     def open(self, kind: ObligationKind, owner: str, *, label: str = "") -> Obligation:
         ob = self.new(kind, owner, label=label)

@@ -1,0 +1,228 @@
+"""Turns a realtime provider's protocol facts into obligations (DESIGN.md §1, provider kinds).
+
+The provider reports what happened on the wire; this class decides what the agent owes
+because of it, and opens each successor before it closes the predecessor (Rule 2):
+
+    tool call ──output, provider continues──▶ provider_continuation
+    provider_continuation ──response started──▶ backend_response
+    backend_response ──completed, result still to be voiced──▶ answer
+    answer ──agent audio starts──▶ reply (the burst that voices it)
+
+A failed or incomplete response closes (its calls are discarded by the provider, so the
+tools still running for them stop being owed: they are uncommitted, not closed, and keep
+the user from being marked away until they return). A lost connection closes everything
+the provider was doing. ``answer`` has no closing event on the wire, so it closes after
+``answer_timeout`` if no audio follows.
+
+Every obligation here is owned by the session, not by an agent: the provider connection
+outlives handoffs, and so does the work it is doing for the user (scenario B4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..floor import SESSION_OWNER, Obligation, ObligationKind
+from ..models.realtime import (
+    BackendResponseEnded,
+    BackendResponseStarted,
+    ContinuationFailed,
+    ToolOutputFate,
+)
+from .turn_state import TurnState
+
+logger = logging.getLogger("rejoinder")
+
+
+@dataclass(eq=False, slots=True)
+class _Call:
+    obligation: Obligation
+    delegation_id: str | None
+    response_id: str | None
+
+
+class ProviderObligations:
+    def __init__(
+        self,
+        state: TurnState,
+        *,
+        answer_timeout: float,
+        on_unvoiced: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._state = state
+        self._answer_timeout = answer_timeout
+        self._on_unvoiced = on_unvoiced
+        """Called when an owed answer was given up on (no audio came)."""
+        self._responses: dict[str, tuple[Obligation, str | None]] = {}
+        self._continuations: dict[str | None, Obligation] = {}
+        self._calls: dict[str, _Call] = {}
+        self._answer: Obligation | None = None
+        self._answer_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def answer_owed(self) -> bool:
+        return self._answer is not None
+
+    def open_count(self) -> int:
+        """Provider obligations still open (for tests and diagnostics)."""
+        return (
+            len(self._responses)
+            + len(self._continuations)
+            + len(self._calls)
+            + (self._answer is not None)
+        )
+
+    # ------------------------------------------------------------------ backend
+
+    def response_started(self, fact: BackendResponseStarted) -> None:
+        if fact.response_id in self._responses:
+            return  # a repeated report changes nothing
+        ob = self._new(ObligationKind.BACKEND_RESPONSE, fact.response_id)
+        self._responses[fact.response_id] = (ob, fact.delegation_id)
+        continuation = self._continuations.pop(fact.delegation_id, None)
+        if continuation is not None:
+            self._state.hand_over(continuation, ob)
+        else:
+            self._state.open_new(ob)
+
+    def response_ended(self, fact: BackendResponseEnded, *, audio_playing: bool) -> None:
+        """``audio_playing``: agent audio that started after this response began is
+        audible now (the provider may voice a result before reporting completion)."""
+        entry = self._responses.pop(fact.response_id, None)
+        ob = entry[0] if entry is not None else None
+        if fact.status != "completed":
+            # The provider discarded this response's calls: no reply follows from them.
+            discarded = [
+                call.obligation
+                for call in self._calls.values()
+                if call.response_id == fact.response_id
+            ]
+            self._close([ob] if ob else [], f"response {fact.status}", uncommit=discarded)
+            return
+        if fact.expects_answer and not audio_playing:
+            self._owe_answer(ob, label=fact.response_id)
+        elif ob is not None:
+            # Its calls (if any) are open obligations already: closing leaves no gap.
+            self._state.close(ob, "completed")
+
+    def continuation_failed(self, fact: ContinuationFailed) -> None:
+        ob = self._continuations.pop(fact.delegation_id, None)
+        if ob is not None:
+            self._state.close(ob, "failed")
+
+    # -------------------------------------------------------------------- tools
+
+    def tool_called(self, call_id: str, name: str, fact_delegation: str | None) -> Obligation:
+        """Open the ``tool`` obligation for a call (before the tool starts)."""
+        ob = self._new(ObligationKind.TOOL, name)
+        response_id = self._running_response(fact_delegation)
+        self._calls[call_id] = _Call(ob, fact_delegation, response_id)
+        self._state.open_new(ob)
+        return ob
+
+    def tool_answered(self, call_id: str, fate: ToolOutputFate) -> None:
+        """The tool's output went to the provider, which said what it will do with it."""
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        if fate != "continue":
+            self._state.close(call.obligation, "answered")
+            return
+        pending = self._continuations.get(call.delegation_id)
+        if pending is not None:
+            # Other outputs of this batch already owe the continuation.
+            self._state.close(call.obligation, "answered")
+            return
+        continuation = self._new(ObligationKind.PROVIDER_CONTINUATION, call.obligation.label)
+        self._continuations[call.delegation_id] = continuation
+        self._state.hand_over(call.obligation, continuation)
+
+    def tool_abandoned(self, call_id: str) -> None:
+        call = self._calls.pop(call_id, None)
+        if call is not None:
+            self._state.close(call.obligation, "abandoned")
+
+    # ------------------------------------------------------------ answers, audio
+
+    def owe_reply(self, label: str) -> None:
+        """The application asked the provider to speak (generate_reply, typed input):
+        a reply is owed until agent audio starts, for at most ``answer_timeout``."""
+        self._owe_answer(None, label=label)
+
+    def audio_starting(self, reply: Obligation) -> None:
+        """A stretch of agent audio begins; ``reply`` (not open yet) covers it."""
+        answer = self._take_answer()
+        if answer is not None:
+            self._state.hand_over(answer, reply)
+        else:
+            self._state.open_new(reply)
+
+    def connection_lost(self) -> None:
+        """Nothing the lost connection was doing will happen. Tools still running are no
+        longer owed a reply (their outputs can only become context), but they still
+        count as work for the user."""
+        obs = [ob for ob, _ in self._responses.values()]
+        obs.extend(self._continuations.values())
+        answer = self._take_answer()
+        if answer is not None:
+            obs.append(answer)
+        calls = [call.obligation for call in self._calls.values()]
+        self._responses.clear()
+        self._continuations.clear()
+        for call in self._calls.values():
+            call.response_id = None
+        self._close(obs, "connection lost", uncommit=calls)
+
+    def close_all(self) -> None:
+        self.connection_lost()
+        calls = [call.obligation for call in self._calls.values()]
+        self._calls.clear()
+        self._close(calls, "closed", uncommit=[])
+
+    # ----------------------------------------------------------------- internal
+
+    def _new(self, kind: ObligationKind, label: str) -> Obligation:
+        return self._state.new(kind, SESSION_OWNER, label=label)
+
+    def _running_response(self, delegation_id: str | None) -> str | None:
+        for response_id, (_, delegation) in reversed(list(self._responses.items())):
+            if delegation == delegation_id:
+                return response_id
+        return None
+
+    def _owe_answer(self, predecessor: Obligation | None, *, label: str) -> None:
+        previous = self._take_answer()
+        answer = self._new(ObligationKind.ANSWER, label)
+        olds = [ob for ob in (predecessor, previous) if ob is not None]
+        if olds:
+            self._state.hand_over(olds, answer)
+        else:
+            self._state.open_new(answer)
+        self._answer = answer
+        self._answer_timer = asyncio.get_running_loop().call_later(
+            self._answer_timeout, self._answer_timed_out
+        )
+
+    def _take_answer(self) -> Obligation | None:
+        answer, self._answer = self._answer, None
+        if self._answer_timer is not None:
+            self._answer_timer.cancel()
+            self._answer_timer = None
+        return answer
+
+    def _answer_timed_out(self) -> None:
+        self._answer_timer = None
+        answer = self._take_answer()
+        if answer is not None:
+            # The protocol has no "will not speak" event (gpt-live §5.3.2): expected, so a
+            # log line rather than an error event.
+            logger.info("no agent audio followed %s within %.1f s", answer, self._answer_timeout)
+            self._state.close(answer, "unvoiced")
+            self._on_unvoiced()
+
+    def _close(self, obs: list[Obligation], outcome: str, *, uncommit: list[Obligation]) -> None:
+        if obs or uncommit:
+            self._state.close(obs, outcome, uncommit=uncommit)

@@ -1,0 +1,358 @@
+"""Runs a session on a realtime or duplex model (``AgentSession(llm=<RealtimeModel>)``).
+
+One provider connection serves the whole session and survives handoffs: the current
+agent's instructions and tools are pushed to it when the agent changes. The driver
+reads the provider's protocol facts and
+
+- hands them to ``ProviderObligations``, which decides what the agent owes;
+- plays agent audio through ``RealtimePlayout`` (``speaking`` = audible, as everywhere);
+- runs tool calls with the current agent's tools and tells the provider the results;
+- records what was said in the history and reports user speech and turns.
+
+It never decides a state itself (DESIGN.md Rule 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..floor import SESSION_OWNER, Obligation, ObligationKind
+from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
+from ..models.realtime import (
+    AgentAudio,
+    AgentAudioEnded,
+    AgentAudioStarted,
+    BackendResponseEnded,
+    BackendResponseStarted,
+    ConnectionLost,
+    ContinuationFailed,
+    ProviderError,
+    RealtimeConfig,
+    RealtimeEvent,
+    RealtimeModel,
+    RealtimeSession,
+    Reconnected,
+    ToolCallRequested,
+    Transcript,
+    UserSpeechStarted,
+    UserTurnEnded,
+)
+from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
+from .provider_obligations import ProviderObligations
+from .realtime_playout import Burst, RealtimePlayout
+from .run_context import RunContext
+from .speech import SpeechHandle
+from .tool_runner import ToolOutcome, _outcome_of, _output
+from .tools import FunctionTool
+
+if TYPE_CHECKING:
+    from ..models.audio import AudioInput, PlaybackFinished
+    from .agent import Agent
+    from .session import AgentSession
+
+logger = logging.getLogger("rejoinder")
+
+
+class RealtimeDriver:
+    def __init__(self, session: AgentSession[Any], model: RealtimeModel) -> None:
+        self._session = session
+        self._model = model
+        self._rt: RealtimeSession = model.session()
+        state = session._turn_state
+        self._state = state
+        self.obligations = ProviderObligations(
+            state,
+            answer_timeout=session.options.answer_timeout,
+            on_unvoiced=self._unvoiced,
+        )
+        self._playout: RealtimePlayout | None = None
+        self._awaiting_audio: list[SpeechHandle] = []
+        """Replies the application asked for, not voiced yet."""
+        self._pending_text: list[str] = []
+        """Agent transcript that arrived before its audio."""
+        self._user_speaking = False
+
+    @property
+    def provider_session(self) -> RealtimeSession:
+        return self._rt
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self, agent: Agent) -> None:
+        """Connect (raises ``RealtimeError`` if the provider refuses), then run."""
+        session = self._session
+        config = RealtimeConfig(
+            instructions=agent.instructions,
+            tools=self._definitions(agent),
+            history=lambda: session.history,
+        )
+        await self._rt.start(config)
+        self._playout = RealtimePlayout(
+            self._state,
+            session.output.audio,
+            spawn=session._spawn,
+            finished=self._burst_finished,
+        )
+        session._spawn(self._pump_events())
+        if session.input.audio is not None:
+            session._spawn(self._pump_microphone(session.input.audio))
+
+    async def aclose(self) -> None:
+        await self._rt.aclose()
+        self.obligations.close_all()
+        for handle in self._awaiting_audio:
+            handle._mark_done()
+        self._awaiting_audio.clear()
+
+    def agent_changed(self, agent: Agent) -> None:
+        """A handoff: the connection stays, the new agent's rules and tools apply."""
+        self._rt.update_instructions(agent.instructions)
+        self._rt.update_tools(self._definitions(agent))
+
+    # ------------------------------------------------------------------ replies
+
+    def generate_reply(self, instructions: str | None, user_input: str | None) -> SpeechHandle:
+        handle = SpeechHandle(
+            allow_interruptions=self._session.options.allow_interruptions,
+            source="generate_reply",
+            user_initiated=user_input is not None,
+        )
+        if user_input is not None:
+            self._record(ChatMessage(role="user", content=user_input))
+            self._session._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(user_input, is_final=True)
+            )
+            self._rt.send_user_text(user_input)
+        else:
+            self._rt.generate_reply(instructions)
+        self._awaiting_audio.append(handle)
+        self.obligations.owe_reply(handle.id)
+        self._session._events.emit(
+            "speech_created",
+            SpeechCreatedEvent(
+                handle, source="generate_reply", user_initiated=user_input is not None
+            ),
+        )
+        return handle
+
+    def interrupt(self) -> None:
+        if self._playout is not None:
+            self._playout.interrupt()
+
+    # ------------------------------------------------------------------ events
+
+    async def _pump_events(self) -> None:
+        async for event in self._rt.events():
+            try:
+                self._on_event(event)
+            except Exception as exc:  # a bug here must not kill the connection
+                logger.exception("handling %r failed", event)
+                self._session._emit_error(exc, source="realtime", recoverable=True)
+        if not self._session._is_closing():
+            # The provider gave up (fatal error, reconnects exhausted): nothing more will
+            # be heard or said, so the session ends instead of pretending to listen.
+            self._connection_lost()
+            self._session._close_from_inside("the realtime connection ended")
+
+    def _on_event(self, event: RealtimeEvent) -> None:
+        playout = self._playout
+        assert playout is not None
+        if isinstance(event, AgentAudio):
+            playout.frame(event.frame)
+        elif isinstance(event, AgentAudioStarted):
+            reply = self._state.new(ObligationKind.REPLY, SESSION_OWNER, label="realtime audio")
+            self.obligations.audio_starting(reply)
+            burst = playout.begin(reply)
+            burst.handles, self._awaiting_audio = self._awaiting_audio, []
+            burst.text, self._pending_text = self._pending_text, []
+        elif isinstance(event, AgentAudioEnded):
+            playout.end()
+        elif isinstance(event, Transcript):
+            self._transcript(event)
+        elif isinstance(event, BackendResponseStarted):
+            self.obligations.response_started(event)
+        elif isinstance(event, ToolCallRequested):
+            self._tool_called(event)
+        elif isinstance(event, BackendResponseEnded):
+            self.obligations.response_ended(event, audio_playing=playout.audible)
+        elif isinstance(event, ContinuationFailed):
+            self.obligations.continuation_failed(event)
+            logger.warning("provider continuation failed: %s", event.error)
+        elif isinstance(event, UserSpeechStarted):
+            self._user_started()
+        elif isinstance(event, UserTurnEnded):
+            self._user_turn_ended(event.text)
+        elif isinstance(event, ProviderError):
+            self._session._emit_error(
+                event.error, source="realtime", recoverable=not event.error.fatal
+            )
+        elif isinstance(event, ConnectionLost):
+            logger.warning("realtime connection lost: %s", event.reason)
+            self._connection_lost()
+        elif isinstance(event, Reconnected):
+            logger.info("realtime connection re-established (%s)", event.session_id)
+
+    def _connection_lost(self) -> None:
+        if self._playout is not None:
+            self._playout.end()  # what arrived still plays: the user hears it
+        self.obligations.connection_lost()
+        if self._user_speaking:
+            self._user_speaking = False
+            self._state.set_user_speaking(False)
+
+    # -------------------------------------------------------------- the user
+
+    def _user_started(self) -> None:
+        if not self._user_speaking:
+            self._user_speaking = True
+            self._state.set_user_speaking(True)
+        if not self._model.duplex and self._session.options.allow_interruptions:
+            # A realtime (not duplex) model expects the client to stop its own playback.
+            assert self._playout is not None
+            self._playout.interrupt()
+
+    def _user_turn_ended(self, text: str) -> None:
+        if self._user_speaking:
+            self._user_speaking = False
+            self._state.set_user_speaking(False)
+        self._state.user_activity()
+        if text.strip():
+            self._session._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
+            )
+            self._record(ChatMessage(role="user", content=text))
+
+    def _transcript(self, event: Transcript) -> None:
+        if event.role == "user":
+            self._session._events.emit(
+                "user_input_transcribed", UserInputTranscribedEvent(event.text, is_final=False)
+            )
+            return
+        assert self._playout is not None
+        burst = self._playout.receiving
+        # Transcripts may run ahead of the audio: text with no burst yet goes to the next.
+        (burst.text if burst is not None else self._pending_text).append(event.text)
+
+    # ------------------------------------------------------------- agent audio
+
+    def _burst_finished(self, burst: Burst, played: PlaybackFinished) -> None:
+        text = "".join(burst.text).strip()
+        if played.interrupted:
+            self._rt.audio_interrupted(played.position)
+            text = _cut(text, played.position / burst.captured if burst.captured else 0.0)
+        if text:
+            message = ChatMessage(role="assistant", content=text, interrupted=played.interrupted)
+            self._session.current_agent.chat_ctx.append(message)
+            self._session._record(message)
+        self._state.close(burst.reply, "interrupted" if played.interrupted else "played")
+        for handle in burst.handles:
+            handle._interrupted = played.interrupted
+            handle._mark_done()
+
+    def _unvoiced(self) -> None:
+        for handle in self._awaiting_audio:
+            handle._mark_done()
+        self._awaiting_audio.clear()
+
+    # ------------------------------------------------------------------- tools
+
+    def _tool_called(self, event: ToolCallRequested) -> None:
+        call = event.call
+        self.obligations.tool_called(call.call_id, call.name, event.delegation_id)
+        agent = self._session.current_agent
+        tools = {t.name: t for t in (*self._session.tools, *agent.tools)}
+        self._session._spawn(self._run_tool(call, tools.get(call.name)))
+
+    async def _run_tool(self, call: FunctionCall, tool: FunctionTool | None) -> None:
+        released = False
+        background: list[Obligation] = []
+
+        async def release(message: str) -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            # The provider gets the interim result now; the final one becomes context and
+            # a reply the application asks for, like a pipeline's deferred reply.
+            self._answer(call, ToolOutcome(_output(call, message), reply_required=True))
+            # Still work for the user (no "away"), but no reply of ours is owed for it.
+            ob = self._state.new(
+                ObligationKind.TOOL, SESSION_OWNER, label=call.name, committed=False
+            )
+            self._state.open_new(ob)
+            background.append(ob)
+
+        # The provider voices this call's answer itself; there is no speech of ours to
+        # wait for, so the handle a tool sees is already played out.
+        handle = SpeechHandle(allow_interruptions=True, source="realtime_tool")
+        handle._mark_done()
+        context: RunContext[Any] = RunContext(
+            session=self._session, speech_handle=handle, function_call=call, release=release
+        )
+        try:
+            if tool is None:
+                from ..models import ToolError
+
+                raise ToolError(f"unknown tool {call.name!r}")
+            outcome = _outcome_of(call, await tool.invoke(context, call.arguments))
+        except asyncio.CancelledError:
+            self.obligations.tool_abandoned(call.call_id)
+            self._state.close(background, "cancelled")
+            raise
+        except Exception as exc:
+            outcome = _failed_outcome(call, exc, self._session)
+        if not released:
+            self._answer(call, outcome)
+        else:
+            self._rt.add_context(f"Result of {call.name}: {outcome.output.output}")
+            self.generate_reply(f"Tell the user the result of {call.name}.", None)
+            self._state.close(background, "done")
+        if outcome.handoff is not None:
+            self._session.update_agent(outcome.handoff)
+
+    def _answer(self, call: FunctionCall, outcome: ToolOutcome) -> None:
+        self._record(call)
+        self._record(outcome.output)
+        self._session._events.emit(
+            "function_tools_executed", FunctionToolsExecutedEvent([call], [outcome.output])
+        )
+        fate = self._rt.submit_tool_output(outcome.output, reply_required=outcome.reply_required)
+        self.obligations.tool_answered(call.call_id, fate)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _record(self, item: ChatMessage | FunctionCall | FunctionCallOutput) -> None:
+        self._session.current_agent.chat_ctx.append(item)
+        self._session._record(item)
+
+    def _definitions(self, agent: Agent) -> Sequence[ToolDefinition]:
+        tools = {t.name: t for t in (*self._session.tools, *agent.tools)}
+        return [t.definition for t in tools.values()]
+
+    async def _pump_microphone(self, mic: AudioInput) -> None:
+        async for frame in mic:
+            self._rt.push_audio(frame)
+
+
+def _failed_outcome(call: FunctionCall, exc: Exception, session: AgentSession[Any]) -> ToolOutcome:
+    from ..models import ToolError
+
+    if isinstance(exc, ToolError):
+        return ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
+    logger.error("tool %s failed", call.name, exc_info=exc)
+    session._emit_error(exc, source="tool", recoverable=True)
+    return ToolOutcome(
+        _output(call, f"the tool {call.name} failed with an internal error", error=True),
+        reply_required=True,
+    )
+
+
+def _cut(text: str, fraction: float) -> str:
+    """The part of ``text`` heard when ``fraction`` of its audio played, to a whole word."""
+    if fraction >= 1.0:
+        return text
+    cut = text[: int(len(text) * max(0.0, fraction))]
+    return cut.rsplit(" ", 1)[0] if " " in cut else ""

@@ -1,0 +1,170 @@
+"""Plays a realtime provider's agent audio, one stretch ("burst") at a time.
+
+A provider delivers audio faster than it plays (frames may arrive all at once), so each
+burst is queued and played after the one before it has finished. ``speaking`` comes from
+the output's playback-started report, and a burst's ``reply`` obligation closes on its
+playback-finished report, exactly as for pipeline speech.
+
+Without an audio output, a burst counts as audible from its first to its last frame
+(the provider's own timing): there is nothing else to go by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..floor import Obligation
+from .speech import SpeechHandle
+from .turn_state import TurnState
+
+if TYPE_CHECKING:  # numpy and soxr load on first audio, not with the session
+    from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
+    from ..models.audio_utils import Resampler
+
+
+@dataclass(eq=False)
+class Burst:
+    reply: Obligation
+    handles: list[SpeechHandle] = field(default_factory=list)
+    """Replies the application asked for that this burst voices."""
+    text: list[str] = field(default_factory=list)
+    captured: float = 0.0
+    ended: bool = False
+    cut: bool = False
+    frames: asyncio.Queue[AudioFrame | None] = field(default_factory=asyncio.Queue)
+    played: asyncio.Future[PlaybackFinished] | None = None
+
+
+class RealtimePlayout:
+    def __init__(
+        self,
+        state: TurnState,
+        output: AudioOutput | None,
+        *,
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        finished: Callable[[Burst, PlaybackFinished], None],
+    ) -> None:
+        self._state = state
+        self._output = output
+        self._finished = finished
+        self._receiving: Burst | None = None
+        """The burst whose frames are arriving now."""
+        self._playing: Burst | None = None
+        self._queue: deque[Burst] = deque()
+        self._wakeup = asyncio.Event()
+        self._resampler: Resampler | None = None
+        if output is not None:
+            output.set_listener(self._playback_started, self._playback_finished)
+            spawn(self._play_forever())
+
+    @property
+    def receiving(self) -> Burst | None:
+        return self._receiving
+
+    @property
+    def audible(self) -> bool:
+        """A burst that started after now-ish is audible (or about to be)."""
+        return self._playing is not None or self._receiving is not None
+
+    def begin(self, reply: Obligation) -> Burst:
+        """A burst starts; ``reply`` is already open on the floor."""
+        self.end()  # a provider that never ended the previous one
+        burst = Burst(reply)
+        self._receiving = burst
+        if self._output is None:
+            self._state.set_audible(reply, True)
+        else:
+            self._queue.append(burst)
+            self._wakeup.set()
+        return burst
+
+    def frame(self, frame: AudioFrame) -> None:
+        burst = self._receiving
+        if burst is None or burst.cut:
+            return
+        if self._output is None:
+            burst.captured += frame.duration
+        else:
+            burst.frames.put_nowait(frame)
+
+    def end(self) -> None:
+        burst, self._receiving = self._receiving, None
+        if burst is None or burst.ended:
+            return
+        burst.ended = True
+        if self._output is None:
+            from ..models.audio import PlaybackFinished
+
+            self._finished(burst, PlaybackFinished(burst.captured, interrupted=burst.cut))
+        else:
+            burst.frames.put_nowait(None)
+
+    def interrupt(self) -> None:
+        """Barge-in: stop what is audible now; the rest of that burst is dropped."""
+        burst = self._playing
+        if burst is not None and self._output is not None:
+            burst.cut = True
+            self._output.clear_buffer()
+        elif self._receiving is not None and self._output is None:
+            self._receiving.cut = True
+            self.end()
+
+    # ------------------------------------------------------------------ playing
+
+    async def _play_forever(self) -> None:
+        assert self._output is not None
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            burst = self._queue.popleft()
+            burst.played = asyncio.get_running_loop().create_future()
+            self._playing = burst
+            try:
+                await self._play(burst, self._output)
+            finally:
+                self._playing = None
+
+    async def _play(self, burst: Burst, output: AudioOutput) -> None:
+        assert burst.played is not None
+        while (frame := await burst.frames.get()) is not None:
+            if burst.cut:
+                continue  # interrupted: drain what still arrives for it
+            frame = self._to_output_rate(frame, output)
+            if frame is not None:
+                await output.capture_frame(frame)
+                burst.captured += frame.duration
+        if burst.cut:
+            return
+        if burst.captured <= 0:
+            from ..models.audio import PlaybackFinished
+
+            self._finished(burst, PlaybackFinished(0.0, interrupted=False))
+            return
+        output.flush()
+        await asyncio.shield(burst.played)
+
+    def _to_output_rate(self, frame: AudioFrame, output: AudioOutput) -> AudioFrame | None:
+        rate = output.sample_rate
+        if rate is None or frame.sample_rate == rate:
+            return frame
+        if self._resampler is None:
+            from ..models.audio_utils import Resampler
+
+            self._resampler = Resampler(frame.sample_rate, rate, frame.num_channels)
+        return self._resampler.push(frame)
+
+    def _playback_started(self) -> None:
+        if self._playing is not None:
+            self._state.set_audible(self._playing.reply, True)
+
+    def _playback_finished(self, event: PlaybackFinished) -> None:
+        burst = self._playing
+        if burst is None or burst.played is None or burst.played.done():
+            return
+        burst.played.set_result(event)
+        self._finished(burst, event)
