@@ -181,6 +181,11 @@ class RealtimeConfig:
 class RealtimeSession(ABC):
     """One live conversation with the provider."""
 
+    @property
+    def duplex(self) -> bool:
+        """Full duplex: the model handles barge-in itself (``RealtimeModel.duplex``)."""
+        return False
+
     @abstractmethod
     async def start(self, config: RealtimeConfig) -> None:
         """Connect and start. Raises ``RealtimeError`` when the provider refuses."""

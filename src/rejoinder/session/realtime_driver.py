@@ -209,7 +209,7 @@ class RealtimeDriver:
         if not self._user_speaking:
             self._user_speaking = True
             self._state.set_user_speaking(True)
-        if not self._model.duplex and self._session.options.allow_interruptions:
+        if not self._rt.duplex and self._session.options.allow_interruptions:
             # A realtime (not duplex) model expects the client to stop its own playback.
             assert self._playout is not None
             self._playout.interrupt()
