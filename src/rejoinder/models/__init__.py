@@ -11,6 +11,8 @@ from .chat import (
 )
 from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
 from .llm import LLM, ChatChunk, LLMError, NamedToolChoice, ToolCallRequest, ToolChoice, Usage
+from .realtime import RealtimeError, RealtimeModel, RealtimeSession
+from .realtime_fallback import FallbackRealtime
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 
 __all__ = [
@@ -21,12 +23,16 @@ __all__ = [
     "ChatItem",
     "ChatMessage",
     "FallbackLLM",
+    "FallbackRealtime",
     "FallbackSTT",
     "FallbackTTS",
     "FunctionCall",
     "FunctionCallOutput",
     "LLMError",
     "NamedToolChoice",
+    "RealtimeError",
+    "RealtimeModel",
+    "RealtimeSession",
     "Role",
     "StopResponse",
     "ToolCallRequest",
