@@ -1,0 +1,177 @@
+"""GPT-Live I/O pieces: opening a session on a WebSocket, the ordered writer, and the
+microphone encoder. ``aiohttp`` and numpy are imported on first use."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ...models.realtime import RealtimeError
+from ._gpt_live_protocol import (
+    CHUNK_SAMPLES,
+    SAMPLE_RATE,
+    JSONObject,
+    as_dict,
+    as_str,
+    describe_error,
+    error_code,
+    is_fatal,
+    logger,
+    parse_server_event,
+)
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from ...models.audio import AudioFrame
+    from ...models.audio_utils import FrameRebuffer, Resampler
+
+_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+async def open_session(
+    http: aiohttp.ClientSession,
+    url: str,
+    headers: Mapping[str, str],
+    start: JSONObject,
+    *,
+    connect_timeout: float,
+    close_grace: float,
+) -> tuple[aiohttp.ClientWebSocketResponse, str | None]:
+    """Connect, send ``session.start`` first (§4.1) and wait for ``session.started``, all
+    within ``connect_timeout``. Returns the socket and the service's session id; raises
+    ``RealtimeError`` (fatal for a bad key or a fatal error event, §3.3)."""
+    import aiohttp
+
+    ws: aiohttp.ClientWebSocketResponse | None = None
+    try:
+        async with asyncio.timeout(connect_timeout):
+            ws = await http.ws_connect(
+                url,
+                headers=dict(headers),
+                timeout=aiohttp.ClientWSTimeout(ws_close=close_grace),
+                max_msg_size=_MAX_FRAME_BYTES,
+            )
+            await ws.send_str(json.dumps(start))
+            return ws, await _await_started(ws)
+    except TimeoutError:
+        await close_ws(ws, close_grace)
+        raise RealtimeError(
+            f"GPT-Live did not start a session within {connect_timeout}s ({url})"
+        ) from None
+    except aiohttp.WSServerHandshakeError as exc:
+        raise RealtimeError(
+            f"GPT-Live refused the connection to {url}: HTTP {exc.status} {exc.message}",
+            fatal=exc.status in (401, 403),  # a bad key or a forbidden account
+            code="invalid_api_key" if exc.status == 401 else None,
+        ) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        await close_ws(ws, close_grace)
+        raise RealtimeError(f"cannot connect to GPT-Live at {url}: {exc!r}") from exc
+    except BaseException:
+        await close_ws(ws, close_grace)
+        raise
+
+
+async def _await_started(ws: aiohttp.ClientWebSocketResponse) -> str | None:
+    import aiohttp
+
+    while True:
+        message = await ws.receive()
+        if message.type == aiohttp.WSMsgType.BINARY:
+            continue
+        if message.type != aiohttp.WSMsgType.TEXT:
+            raise RealtimeError("GPT-Live closed the connection before the session started")
+        try:
+            event = parse_server_event(message.data)
+        except ValueError as exc:
+            logger.debug("GPT-Live: before session.started: %s", exc)
+            continue
+        kind = event["type"]
+        if kind == "session.started":
+            return as_str(as_dict(event.get("session")).get("id"))
+        if kind == "error":
+            error = as_dict(event.get("error"))
+            raise RealtimeError(
+                f"GPT-Live refused the session: {describe_error(error)}",
+                fatal=is_fatal(error),
+                code=error_code(error),
+            )
+        if kind == "session.closed":
+            reason = as_str(event.get("reason")) or "no reason given"
+            raise RealtimeError(f"GPT-Live closed the session before it started ({reason})")
+        logger.debug("GPT-Live: ignored %r before session.started", kind)
+
+
+async def close_ws(ws: aiohttp.ClientWebSocketResponse | None, grace: float) -> None:
+    """Close without ever hanging: a peer that does not answer the close frame within
+    ``grace`` seconds is cut off."""
+    if ws is None or ws.closed:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(grace):
+            await ws.close()
+
+
+class Link:
+    """One WebSocket with a writer task that sends queued client events in order, so the
+    synchronous ``RealtimeSession`` methods never wait on the network."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write(), name="gpt-live-writer")
+
+    def send(self, event: JSONObject) -> None:
+        self._queue.put_nowait(json.dumps(event))
+
+    async def _write(self) -> None:
+        while True:
+            text = await self._queue.get()
+            try:
+                await self.ws.send_str(text)
+            except Exception as exc:  # the socket went away; the reader reports the loss
+                logger.debug("GPT-Live: send failed, the writer stops: %r", exc)
+                return
+
+    async def close(self, grace: float) -> None:
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        await close_ws(self.ws, grace)
+
+
+class InputAudio:
+    """Microphone frames at any rate and channel count → base64 chunks of 100 ms of
+    24 kHz mono PCM (§1.4)."""
+
+    def __init__(self) -> None:
+        from ...models.audio_utils import FrameRebuffer
+
+        self._rebuffer: FrameRebuffer = FrameRebuffer(CHUNK_SAMPLES)
+        self._resampler: Resampler | None = None
+
+    def push(self, frame: AudioFrame) -> tuple[list[str], int]:
+        """The chunks ``frame`` completes, and how many 24 kHz samples it added."""
+        import numpy as np
+
+        from ...models.audio import AudioFrame
+        from ...models.audio_utils import Resampler
+
+        if frame.num_channels > 1:
+            mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
+            frame = AudioFrame(mixed.astype(np.int16), frame.sample_rate)
+        if self._resampler is None or self._resampler.in_rate != frame.sample_rate:
+            self._resampler = Resampler(frame.sample_rate, SAMPLE_RATE)
+        resampled = self._resampler.push(frame)
+        if resampled is None:
+            return [], 0
+        chunks = [
+            base64.b64encode(window.astype("<i2", copy=False).tobytes()).decode("ascii")
+            for window in self._rebuffer.push(resampled.data)
+        ]
+        return chunks, resampled.samples_per_channel

@@ -1,0 +1,509 @@
+"""GPT-Live: OpenAI's full-duplex voice API over a WebSocket, as a ``RealtimeModel``.
+
+``from rejoinder.providers.openai.gpt_live import GPTLive``;
+``AgentSession(llm=GPTLive(backend_model="gpt-5.6-luna"), ...)``.
+
+The voice model hears and speaks continuously and hands work that needs tools to a
+backend Responses model (``delegation="responses"``). This module does the I/O: one
+WebSocket per session (reconnected when lost), a writer that keeps client events in
+order, and a reader that hands server frames to the sans-I/O ``ConnectionState``
+(``_gpt_live_state``), which turns them into ``RealtimeEvent`` facts. Wire formats live in
+``_gpt_live_protocol``, socket helpers in ``_gpt_live_io``.
+
+``aiohttp`` and numpy are imported on first use, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ...models import FunctionCallOutput, ToolDefinition
+from ...models.realtime import (
+    ConnectionLost,
+    ProviderError,
+    RealtimeConfig,
+    RealtimeError,
+    RealtimeEvent,
+    RealtimeModel,
+    RealtimeSession,
+    Reconnected,
+    ToolOutputFate,
+)
+from ._gpt_live_io import InputAudio, Link, close_ws, open_session
+from ._gpt_live_protocol import (
+    MAX_APPEND_CHARS,
+    SAMPLE_RATE,
+    BackendSettings,
+    Endpoint,
+    JSONObject,
+    append_event,
+    handshake_headers,
+    live_endpoint,
+    logger,
+    session_start,
+    tools_update,
+)
+from ._gpt_live_state import ConnectionState
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from ...models.audio import AudioFrame
+
+__all__ = ["GPTLive", "GPTLiveSession"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# There is no "speak now" event (§2.5); a commentary append that asks for an immediate
+# answer is how the known client makes the model talk first.
+_SPEAK_NOW = "Answer the caller now, aloud, without waiting for them to speak."
+_ANSWER_TYPED = (
+    "The caller just typed a message (the last 'user:' line in your context). "
+    "Answer it now, aloud, without waiting for them to speak."
+)
+_NEW_INSTRUCTIONS = "Your instructions have changed. From now on, follow these instead:\n"
+
+_Phase = Literal["new", "connecting", "live", "reconnecting", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    model: str
+    api_key: str
+    endpoint: Endpoint
+    voice: str | Mapping[str, str]
+    backend: BackendSettings
+    connect_timeout: float
+    close_timeout: float
+    max_reconnect_attempts: int
+    reconnect_backoff: float
+    user_turn_silence: float
+    burst_threshold: float
+    burst_end_silence: float
+
+
+class GPTLive(RealtimeModel):
+    """The GPT-Live voice model with backend (Responses) delegation.
+
+    ``backend_*``, ``tool_choice``, ``parallel_tool_calls``, ``reasoning``, ``text``,
+    ``service_tier`` and ``max_output_tokens`` configure the backend model that runs the
+    tools (``delegation.responses``); ``None`` leaves a setting to the service. On Azure,
+    ``base_url`` is the resource endpoint and ``backend_model`` is required in practice.
+    """
+
+    duplex = True
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        *,
+        model: str = "gpt-live-1",
+        delegation: str = "responses",
+        api_key: str | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        voice: str | Mapping[str, str] = "marin",
+        backend_model: str | None = None,
+        backend_instructions: str | None = None,
+        tool_choice: str | Mapping[str, Any] = "auto",
+        parallel_tool_calls: bool | None = True,
+        reasoning: Mapping[str, Any] | None = None,
+        text: Mapping[str, Any] | None = None,
+        service_tier: str | None = None,
+        max_output_tokens: int | None = None,
+        connect_timeout: float = 10.0,
+        close_timeout: float = 5.0,
+        max_reconnect_attempts: int = 3,
+        reconnect_backoff: float = 0.5,
+        user_turn_silence: float = 0.8,
+        burst_threshold: float = 0.0006,
+        burst_end_silence: float = 0.8,
+    ) -> None:
+        if delegation != "responses":
+            raise ValueError(
+                f"GPTLive supports delegation='responses' only, got {delegation!r}: client "
+                "delegation has no tool channel for the session to drive"
+            )
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise ValueError("GPTLive needs an API key: pass api_key= or set OPENAI_API_KEY")
+        self._options = _Options(
+            model=model,
+            api_key=key,
+            endpoint=live_endpoint(base_url),
+            voice=voice,
+            backend=BackendSettings(
+                model=backend_model,
+                instructions=backend_instructions,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+                reasoning=reasoning,
+                text=text,
+                service_tier=service_tier,
+                max_output_tokens=max_output_tokens,
+            ),
+            connect_timeout=connect_timeout,
+            close_timeout=close_timeout,
+            max_reconnect_attempts=max_reconnect_attempts,
+            reconnect_backoff=reconnect_backoff,
+            user_turn_silence=user_turn_silence,
+            burst_threshold=burst_threshold,
+            burst_end_silence=burst_end_silence,
+        )
+
+    @property
+    def model(self) -> str:
+        return self._options.model
+
+    @property
+    def provider(self) -> str:
+        return "openai"
+
+    @property
+    def url(self) -> str:
+        """The WebSocket URL sessions connect to."""
+        return self._options.endpoint.url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The handshake headers (they carry the API key: do not log them)."""
+        return handshake_headers(self._options.api_key, azure=self._options.endpoint.azure)
+
+    def session(self) -> GPTLiveSession:
+        return GPTLiveSession(self._options)
+
+    def __repr__(self) -> str:
+        return f"GPTLive(model={self._options.model!r}, url={self.url!r})"
+
+
+class GPTLiveSession(RealtimeSession):
+    """One GPT-Live conversation; see ``RealtimeSession`` for the contract.
+
+    GPT-Live has fewer verbs than the neutral interface, so some calls are translated:
+
+    - ``generate_reply``: there is no "speak now" event (§2.5); a commentary append asks
+      the model to answer at once. ``send_user_text``: the text goes in as a thinking
+      append (``user: <text>``), then a commentary append asks for an answer to it.
+    - ``update_instructions``: startup instructions cannot be replaced (§4.9); the new ones
+      are appended as standing rules, and are the startup instructions of a reconnect
+      (as are the tools of the last ``update_tools``).
+    - ``submit_tool_output``: ``continue`` whatever ``reply_required`` says (the service
+      voices every continuation), or ``silent`` for a call the service would refuse (its
+      response failed, or its connection is gone): that result goes in as context.
+    - Before ``session.started`` every client event is queued (§4.1). While reconnecting,
+      input audio is dropped (``dropped_audio_chunks``) and other events wait.
+    """
+
+    def __init__(self, options: _Options) -> None:
+        self._o = options
+        self._phase: _Phase = "new"
+        self._events: asyncio.Queue[RealtimeEvent | None] = asyncio.Queue()
+        self._events_ended = False
+        self._pending: list[JSONObject] = []
+        """Client events waiting for ``session.started`` (§4.1)."""
+        self._ids = itertools.count(1)
+        self._config: RealtimeConfig | None = None
+        self._instructions = ""
+        self._tools: tuple[ToolDefinition, ...] = ()
+        self._http: aiohttp.ClientSession | None = None
+        self._link: Link | None = None
+        self._run_task: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+        self._close_requested = False
+        self._state = self._new_state()
+        self._input: InputAudio | None = None
+        self._session_id: str | None = None
+        self._usage_before = 0.0
+        self.dropped_audio_chunks = 0
+        """Input chunks dropped while reconnecting (that audio never reached the service)."""
+
+    @property
+    def duplex(self) -> bool:
+        """Full duplex: the voice model handles barge-in itself; never cut its audio."""
+        return True
+
+    @property
+    def session_id(self) -> str | None:
+        """The service's id for the current connection."""
+        return self._session_id
+
+    @property
+    def usage_seconds(self) -> float:
+        """Billed voice seconds so far, over every connection of this session."""
+        return self._usage_before + self._state.usage_seconds
+
+    # -- RealtimeSession ----------------------------------------------------------------
+
+    async def start(self, config: RealtimeConfig) -> None:
+        if self._phase != "new":
+            raise RuntimeError("GPTLiveSession.start() may be called once, before aclose()")
+        self._config = config
+        self._instructions = config.instructions
+        self._tools = tuple(config.tools)
+        self._phase = "connecting"
+        try:
+            ws, session_id = await self._open()
+        except BaseException:
+            self._phase = "closed"
+            await self._release()
+            self._end_events()
+            raise
+        if self._close_requested:  # aclose() ran while we were connecting
+            await close_ws(ws, self._o.close_timeout)
+            self._phase = "closed"
+            await self._release()
+            return
+        self._go_live(ws, session_id)
+        self._run_task = asyncio.create_task(self._run(), name="gpt-live-session")
+
+    async def events(self) -> AsyncIterator[RealtimeEvent]:
+        while True:
+            event = await self._events.get()
+            if event is None:
+                self._events.put_nowait(None)  # a later iteration ends at once too
+                return
+            yield event
+
+    def push_audio(self, frame: AudioFrame) -> None:
+        if self._phase == "closed":
+            return
+        if self._input is None:
+            self._input = InputAudio()
+        chunks, samples = self._input.push(frame)
+        for chunk in chunks:
+            if self._phase == "reconnecting":
+                # Audio is live: replaying it after the reconnect would put stale speech
+                # on the new session's timeline.
+                self.dropped_audio_chunks += 1
+                logger.debug("GPT-Live: reconnecting, input chunk dropped")
+            else:
+                self._send({"type": "session.input_audio.append", "audio": chunk})
+        self._state.turns.on_audio_pushed(samples)
+
+    def submit_tool_output(
+        self, output: FunctionCallOutput, *, reply_required: bool
+    ) -> ToolOutputFate:
+        # reply_required cannot be honoured: the service voices every continuation.
+        return self._state.backend.submit(output)
+
+    def add_context(self, text: str) -> None:
+        self._send(append_event("thinking", text, self._next_id("ctx")))
+
+    def update_instructions(self, instructions: str) -> None:
+        # Startup instructions cannot be replaced (§4.9); the new ones become a standing
+        # rule now, and the startup instructions of any reconnect.
+        self._instructions = instructions
+        if self._phase in ("connecting", "live"):
+            text = _NEW_INSTRUCTIONS + instructions
+            for start in range(0, len(text), MAX_APPEND_CHARS):
+                part = text[start : start + MAX_APPEND_CHARS]
+                self._send(append_event("instructions", part, self._next_id("instr")))
+
+    def update_tools(self, tools: Sequence[ToolDefinition]) -> None:
+        self._tools = tuple(tools)
+        if self._phase in ("connecting", "live"):
+            self._send(tools_update(self._next_id("update"), self._tools))
+
+    def generate_reply(self, instructions: str | None = None) -> None:
+        content = _SPEAK_NOW if not instructions else f"{_SPEAK_NOW} {instructions}"
+        self._send(append_event("commentary", content, self._next_id("reply")))
+
+    def send_user_text(self, text: str) -> None:
+        self._send(append_event("thinking", f"user: {text}", self._next_id("ctx")))
+        self._send(append_event("commentary", _ANSWER_TYPED, self._next_id("reply")))
+
+    async def aclose(self) -> None:
+        if self._closing is not None:
+            await self._closing.wait()
+            return
+        self._closing = asyncio.Event()
+        try:
+            await self._shutdown()
+        finally:
+            self._closing.set()
+
+    # -- sending ------------------------------------------------------------------------
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids)}"
+
+    def _send(self, event: JSONObject) -> None:
+        if self._phase == "live" and self._link is not None:
+            self._link.send(event)
+        elif self._phase == "closed":
+            logger.debug("GPT-Live: session closed, %s not sent", event.get("type"))
+        else:
+            self._pending.append(event)
+
+    def _emit(self, event: RealtimeEvent) -> None:
+        if not self._events_ended:
+            self._events.put_nowait(event)
+
+    def _end_events(self) -> None:
+        if not self._events_ended:
+            self._events_ended = True
+            self._events.put_nowait(None)
+
+    # -- connecting ---------------------------------------------------------------------
+
+    async def _open(self) -> tuple[aiohttp.ClientWebSocketResponse, str | None]:
+        import aiohttp
+
+        assert self._config is not None
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        # The history is read again on every connection: a reconnect reseeds it (§4.8).
+        start = session_start(
+            self._next_id("start"),
+            model=self._o.model,
+            instructions=self._instructions,
+            history=self._config.history(),
+            voice=self._o.voice,
+            backend=self._o.backend,
+            tools=self._tools,
+        )
+        return await open_session(
+            self._http,
+            self._o.endpoint.url,
+            handshake_headers(self._o.api_key, azure=self._o.endpoint.azure),
+            start,
+            connect_timeout=self._o.connect_timeout,
+            close_grace=self._o.close_timeout,
+        )
+
+    def _go_live(self, ws: aiohttp.ClientWebSocketResponse, session_id: str | None) -> None:
+        self._link = Link(ws)
+        self._session_id = session_id
+        self._phase = "live"
+        pending, self._pending = self._pending, []
+        for event in pending:
+            self._link.send(event)
+
+    # -- the connection loop ------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                assert self._link is not None
+                lost = await self._read(self._link.ws)
+                if lost is None or not await self._reconnect(lost):
+                    return
+        finally:
+            self._phase = "closed"
+            await self._release()
+            self._end_events()
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> str | None:
+        """Handle server events until the connection ends. Returns why it was lost, or
+        None when the session is over (close requested, or a fatal error)."""
+        lost = await self._read_frames(ws)
+        if isinstance(lost, RealtimeError):
+            self._emit(ProviderError(lost))
+            self._lose_connection()
+            self._emit(ConnectionLost(str(lost), reconnecting=False))
+            return None
+        return None if self._close_requested else lost
+
+    async def _read_frames(self, ws: aiohttp.ClientWebSocketResponse) -> str | RealtimeError:
+        """Frames until the connection ends: the reason it ended, or a fatal error."""
+        import aiohttp
+
+        while True:
+            try:
+                message = await ws.receive()
+            except (aiohttp.ClientError, OSError) as exc:
+                return f"connection lost: {exc!r}"
+            if message.type == aiohttp.WSMsgType.BINARY:
+                logger.debug("GPT-Live: ignored a binary frame")  # §1.3: none are used
+            elif message.type != aiohttp.WSMsgType.TEXT:
+                return f"connection lost (WebSocket {message.type.name.lower()})"
+            else:
+                outcome = self._state.on_frame(message.data)
+                if isinstance(outcome, str):
+                    return f"the service closed the session ({outcome})"
+                if outcome is not None:
+                    return outcome
+
+    def _new_state(self) -> ConnectionState:
+        return ConnectionState(
+            self._emit,
+            self._send,
+            self._next_id,
+            user_turn_silence=self._o.user_turn_silence,
+            burst_threshold=self._o.burst_threshold,
+            burst_end_silence=self._o.burst_end_silence,
+        )
+
+    def _lose_connection(self) -> None:
+        """Everything tied to the connection is gone (§4.8)."""
+        self._state.end()
+        self._usage_before += self._state.usage_seconds
+        self._state = self._new_state()
+        self._session_id = None
+
+    async def _reconnect(self, reason: str) -> bool:
+        """Reconnect with backoff, the history seeded again. False: gave up."""
+        self._lose_connection()
+        self._phase = "reconnecting"
+        if self._link is not None:
+            link, self._link = self._link, None
+            await link.close(self._o.close_timeout)
+        attempts = self._o.max_reconnect_attempts
+        if attempts <= 0:
+            message = f"GPT-Live: {reason}, and reconnecting is disabled"
+            self._emit(ProviderError(RealtimeError(message, fatal=True)))
+            self._emit(ConnectionLost(reason, reconnecting=False))
+            return False
+        self._emit(ConnectionLost(reason, reconnecting=True))
+        last: RealtimeError | None = None
+        for attempt in range(attempts):
+            if attempt:
+                # The first retry is immediate: most drops are one-offs.
+                await asyncio.sleep(self._o.reconnect_backoff * 2 ** (attempt - 1))
+            try:
+                ws, session_id = await self._open()
+            except RealtimeError as exc:
+                logger.debug("GPT-Live: reconnect attempt %d failed: %s", attempt + 1, exc)
+                last = exc
+                if exc.fatal:
+                    break
+                continue
+            self._go_live(ws, session_id)
+            self._emit(Reconnected(session_id))
+            return True
+        assert last is not None
+        message = f"GPT-Live: gave up reconnecting after {attempt + 1} attempt(s): {last}"
+        self._emit(ProviderError(RealtimeError(message, fatal=True, code=last.code)))
+        self._emit(ConnectionLost(f"reconnect failed: {last}", reconnecting=False))
+        return False
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        self._close_requested = True
+        task = self._run_task
+        if task is not None and not task.done():
+            if self._phase == "live":
+                # The reader ends when session.closed (or the socket close) arrives.
+                self._send({"type": "session.close", "event_id": self._next_id("close")})
+                await asyncio.wait([task], timeout=self._o.close_timeout)
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._phase = "closed"
+        await self._release()
+        self._end_events()
+
+    async def _release(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close(self._o.close_timeout)
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
