@@ -57,6 +57,9 @@ class ProviderObligations:
         self._on_unvoiced = on_unvoiced
         """Called when an owed answer was given up on (no audio came)."""
         self._responses: dict[str, tuple[Obligation, str | None]] = {}
+        self._started_at: dict[str, int] = {}
+        """Bursts of agent audio begun before each running response started."""
+        self._bursts = 0
         self._continuations: dict[str | None, Obligation] = {}
         self._calls: dict[str, _Call] = {}
         self._answer: Obligation | None = None
@@ -82,6 +85,7 @@ class ProviderObligations:
             return  # a repeated report changes nothing
         ob = self._new(ObligationKind.BACKEND_RESPONSE, fact.response_id)
         self._responses[fact.response_id] = (ob, fact.delegation_id)
+        self._started_at[fact.response_id] = self._bursts
         continuation = self._continuations.pop(fact.delegation_id, None)
         if continuation is not None:
             self._state.hand_over(continuation, ob)
@@ -89,9 +93,12 @@ class ProviderObligations:
             self._state.open_new(ob)
 
     def response_ended(self, fact: BackendResponseEnded, *, audio_playing: bool) -> None:
-        """``audio_playing``: agent audio that started after this response began is
-        audible now (the provider may voice a result before reporting completion)."""
+        """``audio_playing``: agent audio is audible now. If that audio began after this
+        response started, it is taken to voice the result (the provider may speak it
+        before it reports completion); audio begun earlier (a preamble) is not."""
         entry = self._responses.pop(fact.response_id, None)
+        bursts_before = self._started_at.pop(fact.response_id, self._bursts)
+        voicing = audio_playing and self._bursts > bursts_before
         ob = entry[0] if entry is not None else None
         if fact.status != "completed":
             # The provider discarded this response's calls: no reply follows from them.
@@ -102,11 +109,19 @@ class ProviderObligations:
             ]
             self._close([ob] if ob else [], f"response {fact.status}", uncommit=discarded)
             return
-        if fact.expects_answer and not audio_playing:
+        if fact.expects_answer and not voicing:
             self._owe_answer(ob, label=fact.response_id)
         elif ob is not None:
             # Its calls (if any) are open obligations already: closing leaves no gap.
             self._state.close(ob, "completed")
+
+    def responses_cancelled(self) -> None:
+        """The client cancelled what the provider was saying (a barge-in on a realtime,
+        not duplex, model): no reply follows from the running responses any more."""
+        obs = [ob for ob, _ in self._responses.values()]
+        self._responses.clear()
+        self._started_at.clear()
+        self._close(obs, "cancelled", uncommit=[])
 
     def continuation_failed(self, fact: ContinuationFailed) -> None:
         ob = self._continuations.pop(fact.delegation_id, None)
@@ -154,6 +169,7 @@ class ProviderObligations:
 
     def audio_starting(self, reply: Obligation) -> None:
         """A stretch of agent audio begins; ``reply`` (not open yet) covers it."""
+        self._bursts += 1
         answer = self._take_answer()
         if answer is not None:
             self._state.hand_over(answer, reply)
@@ -171,6 +187,7 @@ class ProviderObligations:
             obs.append(answer)
         calls = [call.obligation for call in self._calls.values()]
         self._responses.clear()
+        self._started_at.clear()
         self._continuations.clear()
         for call in self._calls.values():
             call.response_id = None

@@ -74,6 +74,8 @@ class RealtimeDriver:
         self._pending_text: list[str] = []
         """Agent transcript that arrived before its audio."""
         self._user_speaking = False
+        self._connection = 0
+        """Bumped on every lost connection (a reconnect or a fallback is a new one)."""
 
     @property
     def provider_session(self) -> RealtimeSession:
@@ -166,6 +168,11 @@ class RealtimeDriver:
             reply = self._state.new(ObligationKind.REPLY, SESSION_OWNER, label="realtime audio")
             self.obligations.audio_starting(reply)
             burst = playout.begin(reply)
+            burst.connection = self._connection
+            burst.began_at = (
+                len(self._session.history),
+                len(self._session.current_agent.chat_ctx),
+            )
             burst.handles, self._awaiting_audio = self._awaiting_audio, []
             burst.text, self._pending_text = self._pending_text, []
         elif isinstance(event, AgentAudioEnded):
@@ -196,6 +203,7 @@ class RealtimeDriver:
             logger.info("realtime connection re-established (%s)", event.session_id)
 
     def _connection_lost(self) -> None:
+        self._connection += 1
         if self._playout is not None:
             self._playout.end()  # what arrived still plays: the user hears it
         self.obligations.connection_lost()
@@ -242,11 +250,19 @@ class RealtimeDriver:
         text = "".join(burst.text).strip()
         if played.interrupted:
             self._rt.audio_interrupted(played.position)
+            if not self._rt.duplex:
+                self.obligations.responses_cancelled()  # the provider was told to stop
             text = _cut(text, played.position / burst.captured if burst.captured else 0.0)
+        if text and burst.connection != self._connection:
+            # Heard after its connection was replaced: the new one was seeded without it.
+            self._rt.add_context(f"You already told the caller: {text}")
         if text:
             message = ChatMessage(role="assistant", content=text, interrupted=played.interrupted)
-            self._session.current_agent.chat_ctx.append(message)
-            self._session._record(message)
+            # Where the speech began: the user may have talked over it (full duplex).
+            in_history, in_context = burst.began_at
+            context = self._session.current_agent.chat_ctx
+            context.items.insert(min(in_context, len(context)), message)
+            self._session._record(message, at=min(in_history, len(self._session.history)))
         self._state.close(burst.reply, "interrupted" if played.interrupted else "played")
         for handle in burst.handles:
             handle._interrupted = played.interrupted

@@ -29,9 +29,13 @@ if TYPE_CHECKING:  # numpy and soxr load on first audio, not with the session
 @dataclass(eq=False)
 class Burst:
     reply: Obligation
+    connection: int = 0
+    """Which provider connection produced it (the session counts reconnects)."""
     handles: list[SpeechHandle] = field(default_factory=list)
     """Replies the application asked for that this burst voices."""
     text: list[str] = field(default_factory=list)
+    began_at: tuple[int, int] = (0, 0)
+    """History and agent-context lengths when it began: where its message goes."""
     captured: float = 0.0
     ended: bool = False
     cut: bool = False

@@ -555,8 +555,13 @@ class AgentSession(Generic[Userdata]):
     def _is_closing(self) -> bool:
         return self._close_task is not None
 
-    def _record(self, item: ChatItem) -> None:
-        self._history.append(item)
+    def _record(self, item: ChatItem, *, at: int | None = None) -> None:
+        """Append ``item`` (or insert it at index ``at``: speech recorded once played
+        goes where it began, before what the user said over it)."""
+        if at is None:
+            self._history.append(item)
+        else:
+            self._history.items.insert(at, item)
         self._events.emit("conversation_item_added", ConversationItemAddedEvent(item))
 
     def _emit_error(self, error: BaseException, *, source: str, recoverable: bool) -> None:

@@ -2,6 +2,7 @@
 
 from ..io.text import MemoryTextOutput
 from .clock import advance, now
+from .gpt_live_server import GPTLiveServer
 from .memory_audio import MemoryAudioInput, MemoryAudioOutput
 from .openai_chat_server import (
     CutConnection,
@@ -11,6 +12,7 @@ from .openai_chat_server import (
     RawData,
     StreamReply,
 )
+from .openai_realtime_server import OpenAIRealtimeServer
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .scripted_tts import ScriptedStreamingTTS, ScriptedTTS
@@ -21,11 +23,13 @@ __all__ = [
     "Delay",
     "ErrorReply",
     "Fail",
+    "GPTLiveServer",
     "Gate",
     "MemoryAudioInput",
     "MemoryAudioOutput",
     "MemoryTextOutput",
     "OpenAIChatServer",
+    "OpenAIRealtimeServer",
     "Pause",
     "RawData",
     "ScriptedCall",
