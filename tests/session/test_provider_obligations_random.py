@@ -174,7 +174,7 @@ async def run(steps: list[tuple[object, ...]]) -> None:
             model.answer_until = None
             model.calls = {c: (d, None, False) for c, (d, _, _) in model.calls.items()}
         elif kind == "wait":
-            await asyncio.sleep(float(op[1]))  # virtual time: lets the answer bound run out
+            await asyncio.sleep(float(str(op[1])))  # virtual time: lets the answer bound run out
             if model.answer_until is not None and loop.time() >= model.answer_until:
                 model.answer_until = None
         assert floor.agent_state == model.expected(loop.time()), (op, model)
