@@ -4,8 +4,8 @@ Nothing here touches a socket. ``RealtimeProtocol`` holds the per-connection sta
 response is running, which audio item is playing, which tool calls belong to which
 response) and turns each server event into ``RealtimeEvent`` values; client events it
 must send because of what it saw (a continuation ``response.create``, a cancel, a
-truncate) collect in an outbox the I/O layer drains. The module-level builders produce
-the client events the I/O layer sends on its own (``session.update``, history items).
+truncate) collect in an outbox the I/O layer drains. The JSON of those events, and of
+the ones the I/O layer sends on its own, is built in ``_realtime_wire``.
 
 Wire names follow the GA Realtime API (``response.output_audio.delta`` ...); the beta
 names of the same events (``response.audio.delta`` ...) are accepted as aliases.
@@ -17,18 +17,11 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from ...models.chat import (
-    AgentHandoff,
-    ChatContext,
-    ChatMessage,
-    FunctionCall,
-    FunctionCallOutput,
-    new_id,
-)
+from ...models.chat import FunctionCall, FunctionCallOutput
 from ...models.realtime import (
     AgentAudio,
     AgentAudioEnded,
@@ -45,141 +38,36 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from ._realtime_wire import (
+    SAMPLE_RATE,
+    JSONObject,
+    Malformed,
+    ServerError,
+    function_call_output_item,
+    item_create,
+    item_truncate,
+    message_item,
+    opt_str,
+    require_obj,
+    require_str,
+    response_cancel,
+    response_create,
+    status_error,
+    tool_output_note,
+)
 
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame
-    from ...models.tools import ToolDefinition
 
 logger = logging.getLogger("rejoinder.providers.openai.realtime")
 
-JSONObject = dict[str, Any]
 ResponseStatus = Literal["completed", "failed", "incomplete", "cancelled"]
-
-SAMPLE_RATE = 24000
-"""The only PCM rate the API accepts and produces."""
-PCM_FORMAT: Mapping[str, Any] = {"type": "audio/pcm", "rate": SAMPLE_RATE}
-
-# Error codes (or types) after which the same connection settings can never work.
-FATAL_ERROR_CODES = frozenset(
-    {"invalid_api_key", "insufficient_quota", "account_deactivated", "forbidden"}
-    | {"billing_hard_limit_reached"}
-)
 
 # A response.cancel that crosses the server's own cancellation (server VAD) or the
 # response's natural end draws this error; the outcome is the one we wanted.
 _BENIGN_ERROR_CODES = frozenset({"response_cancel_not_active"})
 
 _STATUSES: frozenset[str] = frozenset({"completed", "failed", "incomplete", "cancelled"})
-
-
-# -- client event builders ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AudioSettings:
-    """The per-model part of the session configuration (fixed for a session's lifetime)."""
-
-    voice: str
-    turn_detection: Mapping[str, Any] | None
-    transcription_model: str | None
-
-
-def session_config(
-    settings: AudioSettings, instructions: str, tools: Sequence[ToolDefinition]
-) -> JSONObject:
-    """The complete ``session`` object of a GA ``session.update``."""
-    turn_detection = dict(settings.turn_detection) if settings.turn_detection is not None else None
-    transcription = (
-        {"model": settings.transcription_model} if settings.transcription_model else None
-    )
-    return {
-        "type": "realtime",
-        "output_modalities": ["audio"],
-        "instructions": instructions,
-        "audio": {
-            "input": {
-                "format": dict(PCM_FORMAT),
-                "turn_detection": turn_detection,
-                "transcription": transcription,
-            },
-            "output": {"format": dict(PCM_FORMAT), "voice": settings.voice},
-        },
-        **tools_config(tools),
-    }
-
-
-def tools_config(tools: Sequence[ToolDefinition]) -> JSONObject:
-    """``tools`` (the flat Realtime function form) and ``tool_choice``."""
-    return {
-        "tools": [
-            {
-                "type": "function",
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-            }
-            for tool in tools
-        ],
-        "tool_choice": "auto",
-    }
-
-
-def session_update(session: JSONObject) -> JSONObject:
-    return {"type": "session.update", "event_id": new_id("evt"), "session": session}
-
-
-def message_item(role: Literal["user", "assistant", "system"], text: str) -> JSONObject:
-    # User and system content is input; assistant content is what the model produced.
-    content_type = "output_text" if role == "assistant" else "input_text"
-    return {
-        "type": "message",
-        "role": role,
-        "content": [{"type": content_type, "text": text}],
-    }
-
-
-def item_create(item: JSONObject) -> JSONObject:
-    return {"type": "conversation.item.create", "event_id": new_id("evt"), "item": item}
-
-
-def response_create(instructions: str | None = None) -> JSONObject:
-    event: JSONObject = {"type": "response.create", "event_id": new_id("evt")}
-    if instructions is not None:
-        event["response"] = {"instructions": instructions}
-    return event
-
-
-def audio_append(pcm: bytes) -> JSONObject:
-    return {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode("ascii")}
-
-
-def history_items(history: ChatContext) -> list[JSONObject]:
-    """``conversation.item.create`` events that replay a conversation into a new session.
-
-    Tool calls and their outputs are narrated as short system notes rather than sent as
-    ``function_call`` items: the server checks call/output pairing and call ids, and a
-    history cut at any point (a call still running, an output whose call was trimmed)
-    must never make the whole re-seed fail.
-    """
-    events: list[JSONObject] = []
-    for item in history.items:
-        if isinstance(item, ChatMessage):
-            if not item.content:
-                continue
-            role: Literal["user", "assistant", "system"] = "system"
-            if item.role == "user" or item.role == "assistant":
-                role = item.role
-            events.append(item_create(message_item(role, item.content)))
-        elif isinstance(item, FunctionCall):
-            note = f"(The assistant called the tool {item.name} with {item.arguments or '{}'}.)"
-            events.append(item_create(message_item("system", note)))
-        elif isinstance(item, FunctionCallOutput):
-            outcome = "failed" if item.is_error else "returned"
-            note = f"(The tool {item.name} {outcome}: {item.output})"
-            events.append(item_create(message_item("system", note)))
-        elif isinstance(item, AgentHandoff):
-            continue  # bookkeeping for the session, not part of the conversation
-    return events
 
 
 # -- state --------------------------------------------------------------------------------
@@ -363,14 +251,13 @@ class RealtimeProtocol:
         if not self._tools.knows(output.call_id):
             # Not a call of this connection (it predates a reconnect): the server has no
             # such call, so the result goes in as a note and, if wanted, a fresh response.
-            note = f"(The tool {output.name} returned: {output.output})"
+            note = tool_output_note(output.name, output.output)
             self._outbox.append(item_create(message_item("system", note)))
             if not reply_required:
                 return "silent"
             self._send_continuation()
             return "continue"
-        item = {"type": "function_call_output", "call_id": output.call_id, "output": output.output}
-        self._outbox.append(item_create(item))
+        self._outbox.append(item_create(function_call_output_item(output.call_id, output.output)))
         fate, send = self._tools.submit(output.call_id, reply_required)
         if send:
             self._send_continuation()
@@ -385,9 +272,7 @@ class RealtimeProtocol:
         truncate fixes that, so the model knows where it was cut off.
         """
         if self._running is not None:
-            self._outbox.append(
-                {"type": "response.cancel", "event_id": new_id("evt"), "response_id": self._running}
-            )
+            self._outbox.append(response_cancel(self._running))
         cut = self._audio.interrupt(self._running)
         if cut is None:
             return
@@ -395,15 +280,7 @@ class RealtimeProtocol:
         # The server rejects an end beyond the audio it sent; the player may report a few
         # ms more than that (rounding, or padding on its side).
         end_ms = max(0, min(round(heard_seconds * 1000), int(received_ms)))
-        self._outbox.append(
-            {
-                "type": "conversation.item.truncate",
-                "event_id": new_id("evt"),
-                "item_id": item_id,
-                "content_index": 0,
-                "audio_end_ms": end_ms,
-            }
-        )
+        self._outbox.append(item_truncate(item_id, end_ms))
 
     def _send_continuation(self) -> None:
         event = response_create()
@@ -424,26 +301,26 @@ class RealtimeProtocol:
             return []  # events this client has no use for (rate limits, item bookkeeping, ...)
         try:
             return handler(self, event)
-        except _Malformed as exc:
+        except Malformed as exc:
             return [_error(f"malformed {event.get('type')} event: {exc}: {_excerpt(text)}")]
 
     def _response_created(self, event: JSONObject) -> list[RealtimeEvent]:
-        response_id = _require_str(_require_obj(event, "response"), "id")
+        response_id = require_str(require_obj(event, "response"), "id")
         self._running = response_id
         self._started.add(response_id)
         return [BackendResponseStarted(response_id)]
 
     def _audio_delta(self, event: JSONObject) -> list[RealtimeEvent]:
-        response_id, item_id = _opt_str(event, "response_id"), _require_str(event, "item_id")
+        response_id, item_id = opt_str(event, "response_id"), require_str(event, "item_id")
         if self._audio.muted(response_id, item_id):
             return []
-        delta = _require_str(event, "delta")
+        delta = require_str(event, "delta")
         try:
             pcm = base64.b64decode(delta, validate=True)
         except (binascii.Error, ValueError):
-            raise _Malformed("`delta` is not base64") from None
+            raise Malformed("`delta` is not base64") from None
         if len(pcm) % 2:
-            raise _Malformed("`delta` is not 16-bit PCM (odd byte count)")
+            raise Malformed("`delta` is not 16-bit PCM (odd byte count)")
         if not pcm:
             return []
         from ...models.audio import AudioFrame
@@ -451,13 +328,11 @@ class RealtimeProtocol:
         return self._audio.delta(response_id, item_id, AudioFrame.from_pcm(pcm, SAMPLE_RATE))
 
     def _audio_done(self, event: JSONObject) -> list[RealtimeEvent]:
-        return self._audio.item_done(_opt_str(event, "item_id"))
+        return self._audio.item_done(opt_str(event, "item_id"))
 
     def _transcript_delta(self, event: JSONObject) -> list[RealtimeEvent]:
-        delta = _require_str(event, "delta")
-        if not delta or self._audio.muted(
-            _opt_str(event, "response_id"), _opt_str(event, "item_id")
-        ):
+        delta = require_str(event, "delta")
+        if not delta or self._audio.muted(opt_str(event, "response_id"), opt_str(event, "item_id")):
             return []
         return [Transcript("assistant", delta)]
 
@@ -469,21 +344,21 @@ class RealtimeProtocol:
         return [] if self._transcribes_input else [UserTurnEnded("")]
 
     def _input_transcribed(self, event: JSONObject) -> list[RealtimeEvent]:
-        text = (_opt_str(event, "transcript") or "").strip()
+        text = (opt_str(event, "transcript") or "").strip()
         events: list[RealtimeEvent] = [Transcript("user", text)] if text else []
         events.append(UserTurnEnded(text))
         return events
 
     def _input_transcription_failed(self, event: JSONObject) -> list[RealtimeEvent]:
         error = event.get("error")
-        message = _opt_str(error, "message") if isinstance(error, dict) else None
+        message = opt_str(error, "message") if isinstance(error, dict) else None
         return [
             UserTurnEnded(""),
             _error(f"transcribing the user's speech failed: {message or 'no details'}"),
         ]
 
     def _output_item_done(self, event: JSONObject) -> list[RealtimeEvent]:
-        item = _require_obj(event, "item")
+        item = require_obj(event, "item")
         if item.get("type") != "function_call":
             return []
         if item.get("status") == "incomplete":
@@ -491,35 +366,35 @@ class RealtimeProtocol:
             # it would act on half-formed arguments.
             logger.debug("skipping incomplete function call %s", item.get("call_id"))
             return []
-        return self._call(_opt_str(event, "response_id"), item)
+        return self._call(opt_str(event, "response_id"), item)
 
     def _arguments_done(self, event: JSONObject) -> list[RealtimeEvent]:
         # Some servers name the function here; without a name the call waits for
         # response.output_item.done, which always has it.
-        if _opt_str(event, "name") is None:
+        if opt_str(event, "name") is None:
             return []
-        return self._call(_opt_str(event, "response_id"), event)
+        return self._call(opt_str(event, "response_id"), event)
 
     def _call(self, response_id: str | None, fields: JSONObject) -> list[RealtimeEvent]:
-        call_id, name = _require_str(fields, "call_id"), _require_str(fields, "name")
-        arguments = _opt_str(fields, "arguments") or "{}"
+        call_id, name = require_str(fields, "call_id"), require_str(fields, "name")
+        arguments = opt_str(fields, "arguments") or "{}"
         if not self._tools.add_call(response_id or self._running or "", call_id):
             return []
         return [ToolCallRequested(FunctionCall(call_id=call_id, name=name, arguments=arguments))]
 
     def _response_done(self, event: JSONObject) -> list[RealtimeEvent]:
-        response = _require_obj(event, "response")
-        response_id = _require_str(response, "id")
+        response = require_obj(event, "response")
+        response_id = require_str(response, "id")
         if self._running == response_id:
             self._running = None
         if response_id not in self._started:
             logger.debug("response.done for unknown response %s ignored", response_id)
             return []
         self._started.discard(response_id)
-        raw_status = _opt_str(response, "status") or "failed"
+        raw_status = opt_str(response, "status") or "failed"
         details = response.get("status_details")
         details = details if isinstance(details, dict) else {}
-        error = _status_error(raw_status, details)
+        error = status_error(raw_status, details)
         status: ResponseStatus = raw_status if raw_status in _STATUSES else "failed"  # type: ignore[assignment]
         if raw_status not in _STATUSES:
             error = f"unexpected response status {raw_status!r}"
@@ -529,7 +404,7 @@ class RealtimeProtocol:
         if send:
             self._send_continuation()
         if lost:
-            why = error or _opt_str(details, "reason")
+            why = error or opt_str(details, "reason")
             events.append(
                 ContinuationFailed(
                     None,
@@ -575,70 +450,7 @@ _HANDLERS: dict[str, _Handler] = {
     "error": RealtimeProtocol._error,
 }
 
-
 # -- helpers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ServerError:
-    """The ``error`` object of an ``error`` event."""
-
-    message: str
-    code: str | None
-    kind: str | None
-    event_id: str | None
-    """The client event it answers, if any."""
-
-    @property
-    def fatal(self) -> bool:
-        return self.code in FATAL_ERROR_CODES or self.kind in FATAL_ERROR_CODES
-
-    @classmethod
-    def parse(cls, event: JSONObject) -> ServerError:
-        error = event.get("error")
-        error = error if isinstance(error, dict) else {}
-        return cls(
-            message=_opt_str(error, "message") or "no message",
-            code=_opt_str(error, "code"),
-            kind=_opt_str(error, "type"),
-            event_id=_opt_str(error, "event_id"),
-        )
-
-
-class _Malformed(Exception):
-    pass
-
-
-def _require_obj(event: JSONObject, key: str) -> JSONObject:
-    value = event.get(key)
-    if not isinstance(value, dict):
-        raise _Malformed(f"`{key}` is not an object")
-    return value
-
-
-def _require_str(event: JSONObject, key: str) -> str:
-    value = event.get(key)
-    if not isinstance(value, str):
-        raise _Malformed(f"`{key}` is missing or not a string")
-    return value
-
-
-def _opt_str(event: JSONObject, key: str) -> str | None:
-    value = event.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _status_error(status: str, details: JSONObject) -> str | None:
-    error = details.get("error")
-    if isinstance(error, dict):
-        message = _opt_str(error, "message") or _opt_str(error, "code")
-        if message:
-            return message
-    if status == "failed":
-        return "the response failed (no details)"
-    if status == "incomplete":
-        return _opt_str(details, "reason") or "the response is incomplete"
-    return None
 
 
 def _error(message: str, *, fatal: bool = False) -> ProviderError:

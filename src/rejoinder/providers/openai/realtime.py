@@ -39,7 +39,6 @@ cheap.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -61,14 +60,13 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
-from . import _realtime_protocol as wire
-from ._realtime_protocol import SAMPLE_RATE, JSONObject, RealtimeProtocol
+from . import _realtime_wire as wire
+from ._realtime_io import CLOSE_TIMEOUT, MicChunker, Socket, pump, read_until
+from ._realtime_protocol import RealtimeProtocol
+from ._realtime_wire import SAMPLE_RATE, JSONObject
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from ...models.audio import AudioFrame
-    from ...models.audio_utils import Resampler
     from ...models.chat import FunctionCallOutput
     from ...models.tools import ToolDefinition
 
@@ -88,8 +86,6 @@ DEFAULT_TURN_DETECTION: Mapping[str, Any] = MappingProxyType(
     }
 )
 _USER_AGENT = "rejoinder/0.1"
-_CLOSE_TIMEOUT = 2.0
-_CHUNK_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of 16-bit mono
 _EARLY_AUDIO_CHUNKS = 50
 """Audio kept while the first connection is set up (5 s); older chunks are dropped."""
 
@@ -188,14 +184,6 @@ class _Settings:
     reconnect_backoff: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    """Why a connection's pump stopped."""
-
-    reason: str
-    fatal: bool = False
-
-
 _State = Literal["new", "connecting", "live", "reconnecting", "closed"]
 
 
@@ -213,9 +201,9 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._config = RealtimeConfig(instructions="")
         self._instructions = ""
         self._tools: tuple[ToolDefinition, ...] = ()
-        self._socket = _Socket(settings.url, settings.headers)
+        self._socket = Socket(settings.url, settings.headers)
         self._protocol = self._new_protocol()
-        self._mic = _MicChunker()
+        self._mic = MicChunker()
         self._outbox: deque[JSONObject] = deque()
         self._early_audio: deque[JSONObject] = deque(maxlen=_EARLY_AUDIO_CHUNKS)
         self._wake = asyncio.Event()
@@ -280,7 +268,7 @@ class OpenAIRealtimeSession(RealtimeSession):
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=_CLOSE_TIMEOUT)
+            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT)
         await self._socket.close()
         self._finish()
 
@@ -322,7 +310,7 @@ class OpenAIRealtimeSession(RealtimeSession):
     def generate_reply(self, instructions: str | None = None) -> None:
         if self._s.audio.turn_detection is None and self._uncommitted_audio:
             # Without server VAD nobody else ends the user's audio turn.
-            self._send({"type": "input_audio_buffer.commit"})
+            self._send(wire.audio_commit())
             self._uncommitted_audio = False
         self._send(wire.response_create(instructions))
 
@@ -371,12 +359,12 @@ class OpenAIRealtimeSession(RealtimeSession):
         try:
             async with asyncio.timeout(self._s.connect_timeout):
                 ws = await self._socket.connect()
-                created = await self._read_until(ws, "session.created", None)
+                created = await read_until(ws, "session.created", None, self._dispatch)
                 update = wire.session_update(
                     wire.session_config(self._s.audio, self._instructions, self._tools)
                 )
                 await ws.send_str(json.dumps(update))
-                await self._read_until(ws, "session.updated", update["event_id"])
+                await read_until(ws, "session.updated", update["event_id"], self._dispatch)
                 for event in seed:
                     await ws.send_str(json.dumps(event))
         except TimeoutError:
@@ -396,37 +384,15 @@ class OpenAIRealtimeSession(RealtimeSession):
         session_id = session.get("id") if isinstance(session, dict) else None
         return session_id if isinstance(session_id, str) else None
 
-    async def _read_until(
-        self, ws: aiohttp.ClientWebSocketResponse, wanted: str, event_id: str | None
-    ) -> JSONObject:
-        """Read until an event of type ``wanted``; events before it are handled normally."""
-        import aiohttp
-
-        while True:
-            message = await ws.receive()
-            if message.type != aiohttp.WSMsgType.TEXT:
-                raise RealtimeError(f"the server closed the connection before {wanted}")
-            try:
-                event: object = json.loads(message.data)
-            except ValueError:
-                event = None
-            if isinstance(event, dict) and event.get("type") == wanted:
-                return event
-            if isinstance(event, dict) and event.get("type") == "error":
-                error = _setup_error(event, event_id)
-                if error is not None:
-                    raise error
-            fatal = self._dispatch(message.data)
-            if fatal is not None:
-                raise fatal
-
     # -- running ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         ended_by_close = False
         try:
             while True:
-                ended = await self._pump()
+                ended = await pump(
+                    self._socket.ws, self._outbox, self._wake, self._dispatch, self._emit
+                )
                 await self._socket.close_ws()
                 if ended.fatal:
                     self._emit(ConnectionLost(ended.reason, reconnecting=False))
@@ -441,53 +407,6 @@ class OpenAIRealtimeSession(RealtimeSession):
                 self._state = "closed"
                 self._finish()
         await self._socket.close()
-
-    async def _pump(self) -> _Ended:
-        ws = self._socket.ws
-        if ws is None:
-            return _Ended("no connection")
-        reader = asyncio.create_task(self._read_loop(ws), name="openai-realtime-reader")
-        writer = asyncio.create_task(self._write_loop(ws), name="openai-realtime-writer")
-        try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (reader, writer):
-                task.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
-        finished = reader if reader in done else writer
-        try:
-            return finished.result()
-        except Exception as exc:  # a bug here must end the session, not hang it
-            logger.exception("the realtime connection loop failed")
-            return _Ended(f"internal error: {exc!r}", fatal=True)
-
-    async def _read_loop(self, ws: aiohttp.ClientWebSocketResponse) -> _Ended:
-        import aiohttp
-
-        while True:
-            message = await ws.receive()
-            if message.type == aiohttp.WSMsgType.TEXT:
-                fatal = self._dispatch(message.data)
-                if fatal is not None:
-                    return _Ended(str(fatal), fatal=True)
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                self._emit(ProviderError(RealtimeError("the server sent a binary frame")))
-            elif message.type == aiohttp.WSMsgType.ERROR:
-                return _Ended(f"the connection failed: {ws.exception() or message.data}")
-            else:
-                return _Ended(f"the server closed the connection (code {ws.close_code})")
-
-    async def _write_loop(self, ws: aiohttp.ClientWebSocketResponse) -> _Ended:
-        while True:
-            while self._outbox:
-                event = self._outbox[0]
-                try:
-                    await ws.send_str(json.dumps(event))
-                except Exception as exc:
-                    return _Ended(f"sending to the server failed: {exc or type(exc).__name__}")
-                self._outbox.popleft()
-            self._wake.clear()
-            await self._wake.wait()
 
     def _dispatch(self, text: str) -> RealtimeError | None:
         """Handle one server message; return the fatal error it reported, if any."""
@@ -537,105 +456,3 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._emit(ProviderError(error))
         self._emit(ConnectionLost(str(error), reconnecting=False))
         return False
-
-
-class _Socket:
-    """Opens and closes the WebSocket, and the aiohttp session it runs on."""
-
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
-        self._url = url
-        self._headers = dict(headers)
-        self._http: aiohttp.ClientSession | None = None
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
-
-    async def connect(self) -> aiohttp.ClientWebSocketResponse:
-        import aiohttp
-
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession()
-        try:
-            self.ws = await self._http.ws_connect(
-                self._url,
-                headers=self._headers,
-                timeout=aiohttp.ClientWSTimeout(ws_close=1.0),
-                max_msg_size=16 * 1024 * 1024,
-            )
-        except aiohttp.WSServerHandshakeError as exc:
-            fatal = exc.status in (401, 403)
-            raise RealtimeError(
-                f"{self._url} refused the connection: HTTP {exc.status} {exc.message}".rstrip(),
-                fatal=fatal,
-                code=f"http_{exc.status}",
-            ) from exc
-        except aiohttp.InvalidURL as exc:
-            raise RealtimeError(f"invalid Realtime URL {self._url!r}", fatal=True) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RealtimeError(f"cannot connect to {self._url}: {exc}") from exc
-        return self.ws
-
-    async def close_ws(self) -> None:
-        ws, self.ws = self.ws, None
-        if ws is not None and not ws.closed:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(_CLOSE_TIMEOUT):
-                    await ws.close()
-
-    async def close(self) -> None:
-        await self.close_ws()
-        http, self._http = self._http, None
-        if http is not None and not http.closed:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(_CLOSE_TIMEOUT):
-                    await http.close()
-
-
-class _MicChunker:
-    """Microphone frames (any rate, any channel count) → 100 ms chunks of 24 kHz mono PCM.
-
-    Fixed-size appends keep the number of events (and their JSON overhead) low whatever
-    frame size the microphone delivers.
-    """
-
-    def __init__(self) -> None:
-        self._resampler: Resampler | None = None
-        self._pending = bytearray()
-
-    def push(self, frame: AudioFrame) -> list[bytes]:
-        from ...models.audio_utils import Resampler
-
-        mono = _downmix(frame)
-        if self._resampler is None or self._resampler.in_rate != mono.sample_rate:
-            self._resampler = Resampler(mono.sample_rate, SAMPLE_RATE)
-        out = self._resampler.push(mono)
-        if out is not None:
-            self._pending += out.to_pcm()
-        chunks: list[bytes] = []
-        while len(self._pending) >= _CHUNK_BYTES:
-            chunks.append(bytes(self._pending[:_CHUNK_BYTES]))
-            del self._pending[:_CHUNK_BYTES]
-        return chunks
-
-    def reset(self) -> None:
-        self._resampler = None
-        self._pending.clear()
-
-
-def _downmix(frame: AudioFrame) -> AudioFrame:
-    if frame.num_channels == 1:
-        return frame
-    import numpy as np
-
-    from ...models.audio import AudioFrame
-
-    mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-    return AudioFrame(np.round(mixed).astype(np.int16), frame.sample_rate)
-
-
-def _setup_error(event: JSONObject, event_id: str | None) -> RealtimeError | None:
-    """An ``error`` during set-up that must fail it: fatal, or a rejected session.update."""
-    error = wire.ServerError.parse(event)
-    rejected = event_id is not None and error.event_id == event_id
-    if not (error.fatal or rejected):
-        return None
-    what = "rejected the session configuration" if rejected else "refused the session"
-    return RealtimeError(f"the server {what}: {error.message}", fatal=error.fatal, code=error.code)
