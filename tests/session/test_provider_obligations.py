@@ -60,7 +60,7 @@ def ended(resp: str, status: str = "completed", *, answer: bool = False) -> Back
 async def test_tool_round_trip_owes_until_the_answer_is_audible() -> None:
     rig = Rig()
     rig.obligations.response_started(started("r1"))
-    rig.obligations.tool_called("c1", "weather", "dlg")
+    rig.obligations.tool_called("c1", "weather", "dlg", owner=SESSION_OWNER)
     rig.obligations.response_ended(ended("r1"), audio_playing=False)
     rig.obligations.tool_answered("c1", "continue")
     rig.obligations.response_started(started("r2"))
@@ -74,8 +74,8 @@ async def test_tool_round_trip_owes_until_the_answer_is_audible() -> None:
 async def test_two_outputs_share_one_continuation() -> None:
     rig = Rig()
     rig.obligations.response_started(started("r1"))
-    rig.obligations.tool_called("a", "weather", "dlg")
-    rig.obligations.tool_called("b", "weather", "dlg")
+    rig.obligations.tool_called("a", "weather", "dlg", owner=SESSION_OWNER)
+    rig.obligations.tool_called("b", "weather", "dlg", owner=SESSION_OWNER)
     rig.obligations.response_ended(ended("r1"), audio_playing=False)
     rig.obligations.tool_answered("a", "continue")
     rig.obligations.tool_answered("b", "continue")
@@ -89,7 +89,7 @@ async def test_two_outputs_share_one_continuation() -> None:
 async def test_failed_response_uncommits_its_running_tools() -> None:
     rig = Rig(away=5.0)
     rig.obligations.response_started(started("r1"))
-    rig.obligations.tool_called("c1", "slow", "dlg")
+    rig.obligations.tool_called("c1", "slow", "dlg", owner=SESSION_OWNER)
     rig.obligations.response_ended(ended("r1", "failed"), audio_playing=False)
     # Nothing is owed (the provider discarded the call) but the tool still works for the
     # user: listening, and not away.
@@ -102,7 +102,7 @@ async def test_failed_response_uncommits_its_running_tools() -> None:
 
 async def test_continuation_failure_closes_what_was_owed() -> None:
     rig = Rig()
-    rig.obligations.tool_called("c1", "weather", None)
+    rig.obligations.tool_called("c1", "weather", None, owner=SESSION_OWNER)
     rig.obligations.tool_answered("c1", "continue")
     rig.obligations.continuation_failed(ContinuationFailed(None, "rejected"))
     assert rig.states == ["listening", "thinking", "listening"]
@@ -136,7 +136,7 @@ async def test_connection_lost_closes_everything_it_owed(during: str) -> None:
     rig = Rig()
     rig.obligations.response_started(started("r1"))
     if during != "response":
-        rig.obligations.tool_called("c1", "weather", "dlg")
+        rig.obligations.tool_called("c1", "weather", "dlg", owner=SESSION_OWNER)
         rig.obligations.response_ended(ended("r1"), audio_playing=False)
     if during in ("continuation", "answer"):
         rig.obligations.tool_answered("c1", "continue")

@@ -128,7 +128,7 @@ async def run(steps: list[tuple[object, ...]]) -> None:
         elif kind == "call":
             dlg = str(op[1])
             call = f"c{next(ids)}"
-            obligations.tool_called(call, "tool", dlg)
+            obligations.tool_called(call, "tool", dlg, owner=SESSION_OWNER)
             live = [r for r, (d, _) in model.running.items() if d == dlg]
             model.calls[call] = (dlg, live[-1] if live else None, True)
         elif kind == "end" and model.running:

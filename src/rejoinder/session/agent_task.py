@@ -59,6 +59,11 @@ class AgentTask(Agent, Generic[T]):
         future = self._future()
         if future.done():
             return
+        session = self._session
+        if session is not None:
+            # In the same step, before whatever this call is part of closes: the caller's
+            # pending work must count again with no listening gap in between.
+            session._task_completing(self)
         if isinstance(result, BaseException):
             future.set_exception(result)
         else:

@@ -63,6 +63,8 @@ class ProviderObligations:
         self._continuations: dict[str | None, Obligation] = {}
         self._calls: dict[str, _Call] = {}
         self._answer: Obligation | None = None
+        self._answer_requested = False
+        """The owed answer is one the application asked for (not a backend result)."""
         self._answer_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -87,6 +89,9 @@ class ProviderObligations:
         self._responses[fact.response_id] = (ob, fact.delegation_id)
         self._started_at[fact.response_id] = self._bursts
         continuation = self._continuations.pop(fact.delegation_id, None)
+        if continuation is None and self._answer_requested:
+            # The response the application asked for: if it fails, nothing is owed.
+            continuation = self._take_answer()
         if continuation is not None:
             self._state.hand_over(continuation, ob)
         else:
@@ -130,9 +135,13 @@ class ProviderObligations:
 
     # -------------------------------------------------------------------- tools
 
-    def tool_called(self, call_id: str, name: str, fact_delegation: str | None) -> Obligation:
-        """Open the ``tool`` obligation for a call (before the tool starts)."""
-        ob = self._new(ObligationKind.TOOL, name)
+    def tool_called(
+        self, call_id: str, name: str, fact_delegation: str | None, *, owner: str
+    ) -> Obligation:
+        """Open the ``tool`` obligation for a call (before the tool starts). ``owner`` is
+        the agent whose tool runs: while an ``AgentTask`` pauses that agent, its tool does
+        not count (B5), like a pipeline tool."""
+        ob = self._state.new(ObligationKind.TOOL, owner, label=name)
         response_id = self._running_response(fact_delegation)
         self._calls[call_id] = _Call(ob, fact_delegation, response_id)
         self._state.open_new(ob)
@@ -166,6 +175,7 @@ class ProviderObligations:
         """The application asked the provider to speak (generate_reply, typed input):
         a reply is owed until agent audio starts, for at most ``answer_timeout``."""
         self._owe_answer(None, label=label)
+        self._answer_requested = True
 
     def audio_starting(self, reply: Obligation) -> None:
         """A stretch of agent audio begins; ``reply`` (not open yet) covers it."""
@@ -192,6 +202,8 @@ class ProviderObligations:
         for call in self._calls.values():
             call.response_id = None
         self._close(obs, "connection lost", uncommit=calls)
+        if answer is not None:
+            self._on_unvoiced()
 
     def close_all(self) -> None:
         self.connection_lost()
@@ -225,6 +237,7 @@ class ProviderObligations:
 
     def _take_answer(self) -> Obligation | None:
         answer, self._answer = self._answer, None
+        self._answer_requested = False
         if self._answer_timer is not None:
             self._answer_timer.cancel()
             self._answer_timer = None

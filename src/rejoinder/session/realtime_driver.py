@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
+from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition, ToolError
 from ..models.realtime import (
     AgentAudio,
     AgentAudioEnded,
@@ -43,6 +43,7 @@ from ..models.realtime import (
 from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
 from .provider_obligations import ProviderObligations
 from .realtime_playout import Burst, RealtimePlayout
+from .realtime_record import RealtimeRecord
 from .run_context import RunContext
 from .speech import SpeechHandle
 from .tool_runner import ToolOutcome, _outcome_of, _output
@@ -69,10 +70,10 @@ class RealtimeDriver:
             on_unvoiced=self._unvoiced,
         )
         self._playout: RealtimePlayout | None = None
-        self._awaiting_audio: list[SpeechHandle] = []
-        """Replies the application asked for, not voiced yet."""
-        self._pending_text: list[str] = []
-        """Agent transcript that arrived before its audio."""
+        self._record_of: RealtimeRecord | None = None
+        self._handles: list[SpeechHandle] = []
+        """Replies the application asked for: done once the provider owes nothing more
+        and nothing plays (a preamble is not the whole reply)."""
         self._user_speaking = False
         self._connection = 0
         """Bumped on every lost connection (a reconnect or a fallback is a new one)."""
@@ -92,10 +93,12 @@ class RealtimeDriver:
             history=lambda: session.history,
         )
         await self._rt.start(config)
+        self._record_of = RealtimeRecord(session)
         self._playout = RealtimePlayout(
             self._state,
             session.output.audio,
             spawn=session._spawn,
+            started=self._record_of.burst_audible,
             finished=self._burst_finished,
         )
         session._spawn(self._pump_events())
@@ -103,11 +106,11 @@ class RealtimeDriver:
             session._spawn(self._pump_microphone(session.input.audio))
 
     async def aclose(self) -> None:
+        if self._playout is not None:
+            self._playout.stop()  # what was heard is recorded before the connection goes
         await self._rt.aclose()
         self.obligations.close_all()
-        for handle in self._awaiting_audio:
-            handle._mark_done()
-        self._awaiting_audio.clear()
+        self._settle_handles(force=True)
 
     def agent_changed(self, agent: Agent) -> None:
         """A handoff: the connection stays, the new agent's rules and tools apply."""
@@ -130,7 +133,7 @@ class RealtimeDriver:
             self._rt.send_user_text(user_input)
         else:
             self._rt.generate_reply(instructions)
-        self._awaiting_audio.append(handle)
+        self._handles.append(handle)
         self.obligations.owe_reply(handle.id)
         self._session._events.emit(
             "speech_created",
@@ -153,6 +156,7 @@ class RealtimeDriver:
             except Exception as exc:  # a bug here must not kill the connection
                 logger.exception("handling %r failed", event)
                 self._session._emit_error(exc, source="realtime", recoverable=True)
+            self._settle_handles()
         if not self._session._is_closing():
             # The provider gave up (fatal error, reconnects exhausted): nothing more will
             # be heard or said, so the session ends instead of pretending to listen.
@@ -167,14 +171,10 @@ class RealtimeDriver:
         elif isinstance(event, AgentAudioStarted):
             reply = self._state.new(ObligationKind.REPLY, SESSION_OWNER, label="realtime audio")
             self.obligations.audio_starting(reply)
+            assert self._record_of is not None
             burst = playout.begin(reply)
             burst.connection = self._connection
-            burst.began_at = (
-                len(self._session.history),
-                len(self._session.current_agent.chat_ctx),
-            )
-            burst.handles, self._awaiting_audio = self._awaiting_audio, []
-            burst.text, self._pending_text = self._pending_text, []
+            self._record_of.burst_began(burst)
         elif isinstance(event, AgentAudioEnded):
             playout.end()
         elif isinstance(event, Transcript):
@@ -239,10 +239,8 @@ class RealtimeDriver:
                 "user_input_transcribed", UserInputTranscribedEvent(event.text, is_final=False)
             )
             return
-        assert self._playout is not None
-        burst = self._playout.receiving
-        # Transcripts may run ahead of the audio: text with no burst yet goes to the next.
-        (burst.text if burst is not None else self._pending_text).append(event.text)
+        assert self._playout is not None and self._record_of is not None
+        self._record_of.agent_text(event, self._playout.receiving)
 
     # ------------------------------------------------------------- agent audio
 
@@ -253,53 +251,59 @@ class RealtimeDriver:
             if not self._rt.duplex:
                 self.obligations.responses_cancelled()  # the provider was told to stop
             text = _cut(text, played.position / burst.captured if burst.captured else 0.0)
+            for handle in self._handles:
+                handle._interrupted = True
         if text and burst.connection != self._connection:
             # Heard after its connection was replaced: the new one was seeded without it.
             self._rt.add_context(f"You already told the caller: {text}")
-        if text:
-            message = ChatMessage(role="assistant", content=text, interrupted=played.interrupted)
-            # Where the speech began: the user may have talked over it (full duplex).
-            in_history, in_context = burst.began_at
-            context = self._session.current_agent.chat_ctx
-            context.items.insert(min(in_context, len(context)), message)
-            self._session._record(message, at=min(in_history, len(self._session.history)))
+        assert self._record_of is not None
+        self._record_of.burst_finished(burst, text, played.interrupted)
         self._state.close(burst.reply, "interrupted" if played.interrupted else "played")
-        for handle in burst.handles:
-            handle._interrupted = played.interrupted
-            handle._mark_done()
+        self._settle_handles()
 
     def _unvoiced(self) -> None:
-        for handle in self._awaiting_audio:
+        self._settle_handles()
+
+    def _settle_handles(self, *, force: bool = False) -> None:
+        if not self._handles:
+            return
+        playout = self._playout
+        if not force and (
+            self.obligations.open_count() or (playout is not None and not playout.idle)
+        ):
+            return
+        handles, self._handles = self._handles, []
+        for handle in handles:
             handle._mark_done()
-        self._awaiting_audio.clear()
 
     # ------------------------------------------------------------------- tools
 
     def _tool_called(self, event: ToolCallRequested) -> None:
         call = event.call
-        self.obligations.tool_called(call.call_id, call.name, event.delegation_id)
-        agent = self._session.current_agent
+        activity = self._session._running_activity()
+        self.obligations.tool_called(
+            call.call_id, call.name, event.delegation_id, owner=activity.id
+        )
+        agent = activity.agent
         tools = {t.name: t for t in (*self._session.tools, *agent.tools)}
         self._session._spawn(self._run_tool(call, tools.get(call.name)))
 
     async def _run_tool(self, call: FunctionCall, tool: FunctionTool | None) -> None:
-        released = False
         background: list[Obligation] = []
 
         async def release(message: str) -> None:
-            nonlocal released
-            if released:
+            if background:
                 return
-            released = True
-            # The provider gets the interim result now; the final one becomes context and
-            # a reply the application asks for, like a pipeline's deferred reply.
-            self._answer(call, ToolOutcome(_output(call, message), reply_required=True))
-            # Still work for the user (no "away"), but no reply of ours is owed for it.
+            # Still work for the user (no "away"), but no reply of ours is owed for it
+            # until its final result lands.
             ob = self._state.new(
                 ObligationKind.TOOL, SESSION_OWNER, label=call.name, committed=False
             )
             self._state.open_new(ob)
             background.append(ob)
+            # The provider gets the interim result now; the final one comes later as
+            # context and a reply, like a pipeline's deferred reply.
+            self._answer(call, ToolOutcome(_output(call, message), reply_required=True))
 
         # The provider voices this call's answer itself; there is no speech of ours to
         # wait for, so the handle a tool sees is already played out.
@@ -310,8 +314,6 @@ class RealtimeDriver:
         )
         try:
             if tool is None:
-                from ..models import ToolError
-
                 raise ToolError(f"unknown tool {call.name!r}")
             outcome = _outcome_of(call, await tool.invoke(context, call.arguments))
         except asyncio.CancelledError:
@@ -320,14 +322,20 @@ class RealtimeDriver:
             raise
         except Exception as exc:
             outcome = _failed_outcome(call, exc, self._session)
-        if not released:
+        handoff = None
+        if outcome.handoff is not None:
+            # The new agent owes what comes next: no listening gap until it entered.
+            handoff = self._state.open(
+                ObligationKind.HANDOFF, SESSION_OWNER, label=outcome.handoff.id
+            )
+        if not background:
             self._answer(call, outcome)
         else:
-            self._rt.add_context(f"Result of {call.name}: {outcome.output.output}")
-            self.generate_reply(f"Tell the user the result of {call.name}.", None)
+            self._final_result(call, outcome)
             self._state.close(background, "done")
         if outcome.handoff is not None:
-            self._session.update_agent(outcome.handoff)
+            self._session._hand_off(outcome.handoff, handoff)
+        self._settle_handles()
 
     def _answer(self, call: FunctionCall, outcome: ToolOutcome) -> None:
         self._record(call)
@@ -337,6 +345,24 @@ class RealtimeDriver:
         )
         fate = self._rt.submit_tool_output(outcome.output, reply_required=outcome.reply_required)
         self.obligations.tool_answered(call.call_id, fate)
+
+    def _final_result(self, call: FunctionCall, outcome: ToolOutcome) -> None:
+        """A released tool returned: on record like a pipeline's (a second call/output
+        pair), told to the provider as context, and spoken when a reply is required."""
+        final_call = FunctionCall(
+            call_id=f"{call.call_id}_final", name=call.name, arguments=call.arguments
+        )
+        final_output = FunctionCallOutput(
+            call_id=final_call.call_id,
+            name=call.name,
+            output=outcome.output.output,
+            is_error=outcome.output.is_error,
+        )
+        self._record(final_call)
+        self._record(final_output)
+        self._rt.add_context(f"Result of {call.name}: {outcome.output.output}")
+        if outcome.reply_required and outcome.handoff is None:
+            self.generate_reply(f"Tell the user the result of {call.name}.", None)
 
     # ----------------------------------------------------------------- helpers
 
@@ -354,8 +380,6 @@ class RealtimeDriver:
 
 
 def _failed_outcome(call: FunctionCall, exc: Exception, session: AgentSession[Any]) -> ToolOutcome:
-    from ..models import ToolError
-
     if isinstance(exc, ToolError):
         return ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
     logger.error("tool %s failed", call.name, exc_info=exc)

@@ -147,6 +147,8 @@ class AgentSession(Generic[Userdata]):
         self._handoff_lock = asyncio.Lock()
         self._user_turns: UserTurns | None = None
         self._realtime: RealtimeDriver | None = None
+        self._task_callers: dict[int, AgentActivity] = {}
+        """The agent each running AgentTask (by id()) returns to."""
         self._context = contextvars.copy_context()
 
     # -------------------------------------------------------------- reading
@@ -318,6 +320,7 @@ class AgentSession(Generic[Userdata]):
         caller.pause()
         activity = self._new_activity(task, owed)
         self._activity = activity
+        self._task_callers[id(task)] = caller
         self._record(AgentHandoff(old_agent_id=caller.agent.id, new_agent_id=task.id))
         if self._realtime is not None:
             self._realtime.agent_changed(task)
@@ -327,7 +330,13 @@ class AgentSession(Generic[Userdata]):
             state.close(owed, "entered")
             return await outcome
         finally:
+            self._task_callers.pop(id(task), None)
             await self._return_from_task(caller, activity)
+
+    def _task_completing(self, task: AgentTask[Any]) -> None:
+        caller = self._task_callers.get(id(task))
+        if caller is not None and not self._is_closing() and self._turn_state_ is not None:
+            self._turn_state_.set_current(caller.id)
 
     async def _return_from_task(self, caller: AgentActivity, activity: AgentActivity) -> None:
         task = activity.agent
