@@ -1,4 +1,4 @@
-"""Review scenarios for realtime/duplex sessions (GPT-Live and OpenAI Realtime over real
+"""Edge cases of realtime/duplex sessions (GPT-Live and OpenAI Realtime over real
 loopback WebSockets, virtual time). Each test asserts the whole state timeline or the
 exact history of a path the D-scenarios do not cover yet."""
 
