@@ -2,7 +2,7 @@
 
 The session talks to the first model that starts. When that connection is lost for good
 (the provider's own reconnects ran out, or a fatal error such as a revoked key), the model
-is marked unavailable for ``retry_after`` seconds and the next one takes over:
+is marked unavailable and the next one takes over:
 
 - it starts with the *current* agent's instructions and tools (the latest
   ``update_instructions`` / ``update_tools``), the history as the session recorded it —
@@ -16,19 +16,35 @@ is marked unavailable for ``retry_after`` seconds and the next one takes over:
 - a tool output for a call made on the failed connection cannot be delivered as an
   output any more: it becomes silent context on the new one.
 
-Like the other fallbacks, an unavailable model is probed again lazily: the first session
-start (or swap) after ``retry_after`` tries it again.
+A model that failed to start, or whose connection was lost for good, comes back as with
+the other fallbacks (``rejoinder.models.fallback``):
+
+- ``probe=True`` (the default): a background task probes it ``probe_interval`` seconds
+  (default: ``retry_after``) after the failure, then with exponential backoff up to 8 ×
+  ``probe_interval``, until a probe succeeds. A probe opens a real session on it
+  (``model.session()``, ``start(RealtimeConfig(instructions="probe"))``) and closes it
+  at once, whether it started or not: it costs a connection, and whatever the provider
+  bills for a session that lasted a moment. Each probe is bounded by ``probe_timeout``.
+  Pass ``probe=False`` to turn probing off, or an async function of the model for a
+  cheaper check. ``FallbackRealtime.aclose()`` cancels and awaits the probes.
+- ``probe=False``: the first session start (or swap) after ``retry_after`` seconds tries
+  it again.
+
+A model that is back is used by *new* sessions (``session()`` starts on the first
+available model, in order). A session already running on a backup stays there: swapping
+back mid-conversation would be audible (a cut, a new voice), so it only moves on if the
+backup's own connection is lost for good.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .chat import FunctionCallOutput
-from .fallback import _Breaker
+from .fallback import _Breaker, _probe_fn
 from .realtime import (
     ConnectionLost,
     ProviderError,
@@ -49,9 +65,37 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder")
 
 
+async def probe_realtime(model: RealtimeModel) -> None:
+    """The default realtime probe: start a session on ``model``, then close it (always)."""
+    session = model.session()
+    try:
+        await session.start(RealtimeConfig(instructions="probe"))
+    finally:
+        await session.aclose()
+
+
 class FallbackRealtime(RealtimeModel):
-    def __init__(self, models: Sequence[RealtimeModel], *, retry_after: float = 60.0) -> None:
-        self._breaker = _Breaker(models, retry_after, "realtime model")
+    """Realtime models in order; see the module docstring for how a session moves to the
+    next one and how a failed model comes back (``probe``, ``probe_interval``,
+    ``probe_timeout``, ``retry_after``)."""
+
+    def __init__(
+        self,
+        models: Sequence[RealtimeModel],
+        *,
+        retry_after: float = 60.0,
+        probe: bool | Callable[[RealtimeModel], Awaitable[None]] = True,
+        probe_interval: float | None = None,
+        probe_timeout: float = 10.0,
+    ) -> None:
+        self._breaker = _Breaker(
+            models,
+            retry_after,
+            "realtime model",
+            probe=_probe_fn(probe, probe_realtime),
+            probe_interval=probe_interval,
+            probe_timeout=probe_timeout,
+        )
         self.models = self._breaker.instances
         rates = {m.sample_rate for m in self.models}
         if len(rates) > 1:
@@ -67,10 +111,20 @@ class FallbackRealtime(RealtimeModel):
     def provider(self) -> str:
         return "fallback"
 
-    def session(self) -> RealtimeSession:
+    def available(self, model: RealtimeModel) -> bool:
+        return self._breaker.available(model)
+
+    def probing(self, model: RealtimeModel) -> bool:
+        """A background probe is watching ``model`` (it failed and has not worked since)."""
+        return self._breaker.probing(model)
+
+    def session(self) -> FallbackRealtimeSession:
+        """A new session; ``start`` picks the first available model."""
         return FallbackRealtimeSession(self._breaker)
 
     async def aclose(self) -> None:
+        """Stop the probes, then close every model (sessions are closed by their owners)."""
+        await self._breaker.aclose()
         for model in self.models:
             await model.aclose()
 
