@@ -86,6 +86,14 @@ class ContinuationFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyRefused:
+    """The provider refused a ``generate_reply`` or ``send_user_text`` request (an error
+    naming it): the reply it asked for will not come."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAudioStarted:
     """A stretch of agent speech begins; ``AgentAudio`` frames follow."""
 
@@ -150,6 +158,7 @@ RealtimeEvent: TypeAlias = (
     | ToolCallRequested
     | BackendResponseEnded
     | ContinuationFailed
+    | ReplyRefused
     | AgentAudioStarted
     | AgentAudio
     | AgentAudioEnded

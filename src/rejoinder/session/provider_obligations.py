@@ -128,6 +128,15 @@ class ProviderObligations:
         self._started_at.clear()
         self._close(obs, "cancelled", uncommit=[])
 
+    def reply_refused(self) -> None:
+        """A reply the application asked for was refused: it no longer owes one (if the
+        request already became a running response, that response's end decides)."""
+        if self._answer_requested:
+            answer = self._take_answer()
+            if answer is not None:
+                self._state.close(answer, "refused")
+                self._on_unvoiced()
+
     def continuation_failed(self, fact: ContinuationFailed) -> None:
         ob = self._continuations.pop(fact.delegation_id, None)
         if ob is not None:

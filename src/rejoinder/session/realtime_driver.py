@@ -35,6 +35,7 @@ from ..models.realtime import (
     RealtimeModel,
     RealtimeSession,
     Reconnected,
+    ReplyRefused,
     ToolCallRequested,
     Transcript,
     UserSpeechStarted,
@@ -185,6 +186,9 @@ class RealtimeDriver:
             self._tool_called(event)
         elif isinstance(event, BackendResponseEnded):
             self.obligations.response_ended(event, audio_playing=playout.audible)
+        elif isinstance(event, ReplyRefused):
+            logger.warning("the provider refused a requested reply: %s", event.error)
+            self.obligations.reply_refused()
         elif isinstance(event, ContinuationFailed):
             self.obligations.continuation_failed(event)
             logger.warning("provider continuation failed: %s", event.error)
@@ -214,6 +218,8 @@ class RealtimeDriver:
     # -------------------------------------------------------------- the user
 
     def _user_started(self) -> None:
+        assert self._record_of is not None
+        self._record_of.user_turn_began()
         if not self._user_speaking:
             self._user_speaking = True
             self._state.set_user_speaking(True)
@@ -231,7 +237,8 @@ class RealtimeDriver:
             self._session._events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
-            self._record(ChatMessage(role="user", content=text))
+        assert self._record_of is not None
+        self._record_of.user_turn_ended(text)
 
     def _transcript(self, event: Transcript) -> None:
         if event.role == "user":

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # numpy and soxr load on first audio, not with the session
 class Burst:
     reply: Obligation
     seq: int = 0
+    order: int = 0
+    """When it began among everything said (see ``RealtimeRecord``)."""
     connection: int = 0
     """Which provider connection produced it (the session counts reconnects)."""
     anchor: tuple[object | None, object | None] = (None, None)

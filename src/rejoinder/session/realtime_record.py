@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rejoinder")
 
+UNTEXTED_GRACE_S = 1.0
+"""How long after a burst with no transcript a fragment may still arrive for it."""
+
 LATE_FRAGMENT_GAP_MS = 800
 """A fragment starting within this of the previous burst's transcript end continues it
 (the same silence that ends a burst, gpt-live.md §4.4)."""
@@ -38,6 +41,13 @@ class RealtimeRecord:
         """The most recent burst that began (it may be finished and recorded)."""
         self._messages: dict[int, ChatMessage] = {}
         """Recorded message of each burst, by burst seq (a late fragment may extend it)."""
+        self._begun = 0
+        self._order: dict[int, int] = {}
+        """When each recorded message's speech began (by id): speech goes in the history
+        in the order it began, not the order it ended."""
+        self._untexted: tuple[Burst, float] | None = None
+        """The last burst, finished with no transcript yet, and when it finished."""
+        self._user_turn: tuple[tuple[object | None, object | None], int] | None = None
         self._captions: asyncio.Queue[str | None] = asyncio.Queue()
         self._captioned: set[int] = set()
         output = session.output.transcription
@@ -46,17 +56,24 @@ class RealtimeRecord:
 
     # ------------------------------------------------------------- transcripts
 
-    def burst_began(self, burst: Burst) -> None:
+    def _anchor(self) -> tuple[object | None, object | None]:
         history = self._session.history.items
         context = self._session.current_agent.chat_ctx.items
-        burst.anchor = (history[-1] if history else None, context[-1] if context else None)
+        return (history[-1] if history else None, context[-1] if context else None)
+
+    def burst_began(self, burst: Burst) -> None:
+        burst.anchor = self._anchor()
+        self._begun += 1
+        burst.order = self._begun
         burst.text, self._pending = self._pending, []
         burst.span_end_ms, self._pending_end_ms = self._pending_end_ms, None
         self._last = burst
 
     def agent_text(self, fragment: Transcript, receiving: Burst | None) -> None:
-        if receiving is not None:
+        if receiving is not None and not self._after(receiving, fragment):
             self._add(receiving, fragment)
+            return
+        if receiving is None and self._describes_untexted(fragment):
             return
         last = self._last
         if (
@@ -73,6 +90,34 @@ class RealtimeRecord:
         self._pending.append(fragment.text)
         if fragment.end_ms is not None:
             self._pending_end_ms = max(fragment.end_ms, self._pending_end_ms or 0)
+
+    @staticmethod
+    def _after(burst: Burst, fragment: Transcript) -> bool:
+        """The fragment's position shows it starts well after ``burst``'s text: it is
+        ahead of its own audio (the next burst), not part of this one."""
+        return (
+            fragment.start_ms is not None
+            and burst.span_end_ms is not None
+            and fragment.start_ms > burst.span_end_ms + LATE_FRAGMENT_GAP_MS
+        )
+
+    def _describes_untexted(self, fragment: Transcript) -> bool:
+        """Text arriving just after a burst that had none is that burst's (a provider
+        sends some transcripts only once the audio went out)."""
+        last = self._last
+        if last is None or last.text:
+            return False
+        if self._untexted is None:  # still playing, nothing described it yet
+            self._add(last, fragment)
+            return True
+        burst, finished_at = self._untexted
+        loop_time = asyncio.get_running_loop().time()
+        if burst is not last or loop_time - finished_at > UNTEXTED_GRACE_S:
+            return False
+        self._untexted = None
+        self._add(burst, fragment)
+        self._insert(burst, fragment.text.strip(), interrupted=False)
+        return True
 
     def _add(self, burst: Burst, fragment: Transcript) -> None:
         burst.text.append(fragment.text)
@@ -108,28 +153,56 @@ class RealtimeRecord:
             self._captioned.discard(burst.seq)
             self._captions.put_nowait(None)
         if not text:
+            if burst is self._last and not burst.text:
+                self._untexted = (burst, asyncio.get_running_loop().time())
             return
+        self._insert(burst, text, interrupted=interrupted)
+
+    def _insert(self, burst: Burst, text: str, *, interrupted: bool) -> None:
         message = ChatMessage(role="assistant", content=text, interrupted=interrupted)
         self._messages[burst.seq] = message
         if len(self._messages) > 16:
             del self._messages[min(self._messages)]
         # Where the speech began: the user may have talked over it (full duplex).
-        history_anchor, context_anchor = burst.anchor
-        context = self._session.current_agent.chat_ctx.items
-        context.insert(self._position(context, context_anchor), message)
-        history = self._session.history.items
-        self._session._record(message, at=self._position(history, history_anchor))
+        self._place(message, burst.anchor, burst.order)
 
-    def _position(self, items: list[Any], anchor: object | None) -> int:
-        """Just after ``anchor``, and after the messages of bursts that began before this
-        one (they were recorded first: bursts finish in the order they began)."""
+    # --------------------------------------------------------------- user turns
+
+    def user_turn_began(self) -> None:
+        if self._user_turn is None:
+            self._begun += 1
+            self._user_turn = (self._anchor(), self._begun)
+
+    def user_turn_ended(self, text: str) -> None:
+        turn, self._user_turn = self._user_turn, None
+        if not text.strip():
+            return
+        message = ChatMessage(role="user", content=text)
+        if turn is None:
+            self._place(message, self._anchor(), self._begun + 1)
+        else:
+            self._place(message, turn[0], turn[1])
+
+    def _place(
+        self, message: ChatMessage, anchor: tuple[object | None, object | None], order: int
+    ) -> None:
+        self._order[id(message)] = order
+        history_anchor, context_anchor = anchor
+        context = self._session.current_agent.chat_ctx.items
+        context.insert(self._position(context, context_anchor, order), message)
+        history = self._session.history.items
+        self._session._record(message, at=self._position(history, history_anchor, order))
+        if len(self._order) > 64:
+            self._order = dict(list(self._order.items())[-32:])
+
+    def _position(self, items: list[Any], anchor: object | None, order: int) -> int:
+        """Just after ``anchor``, and after what was said since that began earlier."""
         position = 0
         if anchor is not None:
             position = next(
                 (i + 1 for i in range(len(items) - 1, -1, -1) if items[i] is anchor),
                 len(items),
             )
-        recorded = {id(m) for m in self._messages.values()}
-        while position < len(items) and id(items[position]) in recorded:
+        while position < len(items) and self._order.get(id(items[position]), order) < order:
             position += 1
         return position
