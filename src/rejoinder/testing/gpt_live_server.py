@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from ._loopback import LoopbackServer
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -68,7 +70,7 @@ class _Connection:
     answered_since_create: set[str] = field(default_factory=set)
 
 
-class GPTLiveServer:
+class GPTLiveServer(LoopbackServer):
     """Serves GPT-Live on 127.0.0.1 for tests; see the module docstring.
 
     Options (attributes, changeable at any time):
@@ -90,6 +92,7 @@ class GPTLiveServer:
         answer_start: bool = True,
         answer_close: bool = True,
     ) -> None:
+        super().__init__()
         self.refuse_partial_batch = refuse_partial_batch
         self.refuse_discarded_outputs = refuse_discarded_outputs
         self.answer_start = answer_start
@@ -102,50 +105,20 @@ class GPTLiveServer:
         """The handshake headers of every connection attempt that was accepted."""
         self._connections: list[_Connection] = []
         self._changed: asyncio.Condition | None = None
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("the server is not running")
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        """The ``base_url`` to give a client: ``http://127.0.0.1:<port>/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+    def _add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/live/sessions", self._handle)
 
     async def start(self) -> None:
-        from aiohttp import web
-
         self._changed = asyncio.Condition()
-        app = web.Application()
-        app.router.add_get("/v1/live/sessions", self._handle)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        await super().start()
 
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
+    async def _before_cleanup(self) -> None:
         for connection in self._connections:
             if not connection.ws.closed:
                 self._abort(connection)
-        await runner.cleanup()
-
-    async def __aenter__(self) -> GPTLiveServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- what the client sent -----------------------------------------------------------
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ._loopback import LoopbackServer
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -195,7 +197,7 @@ def encode_event(data: JSONObject | str) -> bytes:
 # -- the server -----------------------------------------------------------------------------
 
 
-class OpenAIChatServer:
+class OpenAIChatServer(LoopbackServer):
     """Serves ``POST /v1/chat/completions`` on 127.0.0.1 from a script.
 
     ``replies`` is either a sequence consumed one reply per request (more can be queued
@@ -207,6 +209,7 @@ class OpenAIChatServer:
     def __init__(
         self, replies: Iterable[Reply] | Script = (), *, api_key: str | None = None
     ) -> None:
+        super().__init__()
         self._script: Script | None = None
         self._queue: deque[Reply] = deque()
         if callable(replies):
@@ -218,54 +221,19 @@ class OpenAIChatServer:
         """The JSON body of every chat completions request, in arrival order."""
         self.headers: list[dict[str, str]] = []
         """The headers of every chat completions request, parallel to ``requests``."""
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
 
     def add(self, *replies: Reply) -> None:
         """Queue more replies."""
         self._queue.extend(replies)
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("the server is not running")
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        """The ``base_url`` to give a client: ``http://127.0.0.1:<port>/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def start(self) -> None:
-        from aiohttp import web
-
-        app = web.Application()
+    def _add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
-        # handler_cancellation: a handler stops when its client goes away.
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        address = runner.addresses[0]
-        self._port = int(address[1])
 
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
+    async def _before_cleanup(self) -> None:
         for task in list(self._handlers):
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
-        await runner.cleanup()
-
-    async def __aenter__(self) -> OpenAIChatServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- request handling -------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._loopback import LoopbackServer
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -66,7 +68,7 @@ class RealtimeConnection:
     _transport: asyncio.Transport | None = field(default=None, repr=False)
 
 
-class OpenAIRealtimeServer:
+class OpenAIRealtimeServer(LoopbackServer):
     """Serves ``GET /v1/realtime`` WebSockets on 127.0.0.1; see the module docstring."""
 
     def __init__(
@@ -83,6 +85,7 @@ class OpenAIRealtimeServer:
             session_created: send ``session.created`` as soon as a client connects.
             answer_session_update: answer each ``session.update`` with ``session.updated``.
         """
+        super().__init__()
         self._api_key = api_key
         self._session_created = session_created
         self._answer_session_update = answer_session_update
@@ -93,54 +96,21 @@ class OpenAIRealtimeServer:
         self.received: list[JSONObject] = []
         """Every client event of every connection, in arrival order."""
         self._changed = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self._counter = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("the server is not running")
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        """The ``base_url`` to give a client: ``http://127.0.0.1:<port>/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def start(self) -> None:
-        from aiohttp import web
-
-        app = web.Application()
+    def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/realtime", self._handle)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
 
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
+    async def _before_cleanup(self) -> None:
         for connection in self.connections:
             if connection._transport is not None:
                 connection._transport.abort()
         for task in list(self._handlers):
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
-        await runner.cleanup()
-
-    async def __aenter__(self) -> OpenAIRealtimeServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- inspection -----------------------------------------------------------------------
 
