@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/vad_cpu.py
+	$(BIN)/python bench/realtime_cpu.py
 
 # The randomized lifecycle test with 100,000 sequences (CI runs 500).
 stress: $(STAMP)
