@@ -35,6 +35,7 @@ from rejoinder.models.realtime import (
     RealtimeError,
     RealtimeEvent,
     Reconnected,
+    ReplyRefused,
     ToolCallRequested,
     Transcript,
     UserSpeechStarted,
@@ -615,6 +616,58 @@ async def test_a_refused_output_fails_its_delegation(
     # The refused call no longer holds back the batch: the other output continues.
     session.submit_tool_output(output("call_3"), reply_required=True)
     await server.wait_for("response.create")
+
+
+async def test_a_refused_generate_reply_is_reported(
+    server: GPTLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    session.generate_reply("Greet the caller.")
+    append = await server.wait_for("session.commentary.append")
+    await server.error("too long", code="invalid_value", client_event_id=append["event_id"])
+    refused = await recorder.wait_for(ReplyRefused)
+    assert "too long" in refused.error
+    [error] = recorder.of(ProviderError)
+    assert (error.error.fatal, error.error.code) == (False, "invalid_value")
+    # The same id again names nothing any more: reported, not refused twice.
+    await server.error("again", client_event_id=append["event_id"])
+    await recorder.wait_for(ProviderError, count=2)
+    assert len(recorder.of(ReplyRefused)) == 1
+
+
+@pytest.mark.parametrize("refused", ["session.thinking.append", "session.commentary.append"])
+async def test_a_refused_send_user_text_is_reported_once(
+    server: GPTLiveServer, connect: Connect, refused: str
+) -> None:
+    session, recorder = await connect()
+    session.send_user_text("what time is it?")
+    await server.wait_for("session.commentary.append")
+    [event] = server.of_type(refused)
+    await server.error("refused", client_event_id=event["event_id"])
+    assert "refused" in (await recorder.wait_for(ReplyRefused)).error
+    # The other event of the same request names nothing any more.
+    [other] = [e for e in server.received[1:] if e["type"] != refused]
+    await server.error("also refused", client_event_id=other["event_id"])
+    await recorder.wait_for(ProviderError, count=2)
+    assert len(recorder.of(ReplyRefused)) == 1
+
+
+async def test_refusals_match_only_reply_requests_and_only_the_last_32(
+    server: GPTLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    session.add_context("The caller is on a train.")
+    for _ in range(33):
+        session.generate_reply()
+    await server.wait_for("session.commentary.append", count=33)
+    context = server.of_type("session.thinking.append")[0]
+    appends = server.of_type("session.commentary.append")
+    await server.error("context refused", client_event_id=context["event_id"])
+    await server.error("oldest refused", client_event_id=appends[0]["event_id"])
+    await server.error("newest refused", client_event_id=appends[-1]["event_id"])
+    await recorder.wait_for(ProviderError, count=3)
+    [refused] = recorder.of(ReplyRefused)
+    assert "newest refused" in refused.error
 
 
 async def test_a_non_fatal_error_is_reported_and_the_session_goes_on(

@@ -27,6 +27,7 @@ from rejoinder.models.realtime import (
     RealtimeError,
     RealtimeEvent,
     Reconnected,
+    ReplyRefused,
     ToolCallRequested,
     Transcript,
     UserSpeechStarted,
@@ -489,6 +490,73 @@ async def test_a_rejected_continuation_is_reported(
     events = await client.take(2)
     assert isinstance(events[0], ProviderError) and not events[0].error.fatal
     assert events[1] == ContinuationFailed(None, "Conversation already has an active response.")
+
+
+async def test_a_rejected_generate_reply_is_refused(
+    server: OpenAIRealtimeServer, open_session: Open
+) -> None:
+    client = await open_session()
+    client.session.generate_reply("Greet the user.")
+    create = await server.wait_for("response.create")
+    assert isinstance(create["event_id"], str)
+    await server.error(
+        "Conversation already has an active response.",
+        code="conversation_already_has_active_response",
+        event_id=create["event_id"],
+    )
+    events = await client.take(2)
+    assert isinstance(events[0], ProviderError) and not events[0].error.fatal
+    assert events[1] == ReplyRefused("Conversation already has an active response.")
+
+
+@pytest.mark.parametrize("refused", ["conversation.item.create", "response.create"])
+async def test_a_rejected_send_user_text_is_refused_once(
+    server: OpenAIRealtimeServer, open_session: Open, refused: str
+) -> None:
+    client = await open_session()
+    client.session.send_user_text("Hello?")
+    await server.wait_for("response.create")
+    item, create = server.received[1:]
+    first, second = (item, create) if refused == "conversation.item.create" else (create, item)
+    await server.error("refused", event_id=first["event_id"])
+    await server.error("refused again", event_id=second["event_id"])
+    events = await client.take(3)
+    assert kinds(events) == ["ProviderError", "ReplyRefused", "ProviderError"]
+    assert events[1] == ReplyRefused("refused")
+
+
+async def test_a_started_response_accepts_the_oldest_reply_request(
+    server: OpenAIRealtimeServer, open_session: Open
+) -> None:
+    client = await open_session()
+    client.session.generate_reply()
+    client.session.generate_reply()
+    await server.wait_for("response.create", count=2)
+    first, second = server.of_type("response.create")
+    await server.response_created("resp_1")
+    assert await client.next() == BackendResponseStarted("resp_1")
+    # The first request was accepted: an error naming it now refuses nothing.
+    await server.error("late", event_id=first["event_id"])
+    await server.error("busy", event_id=second["event_id"])
+    events = await client.take(3)
+    assert kinds(events) == ["ProviderError", "ProviderError", "ReplyRefused"]
+    assert events[2] == ReplyRefused("busy")
+
+
+async def test_an_error_for_other_events_refuses_no_reply(
+    server: OpenAIRealtimeServer, open_session: Open
+) -> None:
+    client = await open_session()
+    client.session.add_context("The user is on a train.")
+    client.session.generate_reply()
+    await server.wait_for("response.create")
+    context = server.of_type("conversation.item.create")[0]
+    await server.error("bad item", event_id=context["event_id"])
+    await server.error("no id")
+    assert kinds(await client.take(2)) == ["ProviderError", "ProviderError"]
+    await advance(1.0)
+    await server.response_created("resp_1")
+    assert await client.next() == BackendResponseStarted("resp_1")
 
 
 # -- barge-in -------------------------------------------------------------------------------

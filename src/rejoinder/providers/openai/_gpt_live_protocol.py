@@ -76,6 +76,24 @@ def handshake_headers(api_key: str, *, azure: bool) -> dict[str, str]:
     return {**auth, "User-Agent": "rejoinder/0.1"}
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    """A ``GPTLive`` model's settings, shared by its sessions."""
+
+    model: str
+    api_key: str
+    endpoint: Endpoint
+    voice: str | Mapping[str, str]
+    backend: BackendSettings
+    connect_timeout: float
+    close_timeout: float
+    max_reconnect_attempts: int
+    reconnect_backoff: float
+    user_turn_silence: float
+    burst_threshold: float
+    burst_end_silence: float
+
+
 # -- errors -------------------------------------------------------------------------------
 
 
@@ -100,6 +118,15 @@ def error_code(error: Mapping[str, Any]) -> str | None:
 
 
 # -- client events ------------------------------------------------------------------------
+
+# There is no "speak now" event (§2.5); a commentary append that asks for an immediate
+# answer is how the known client makes the model talk first.
+SPEAK_NOW = "Answer the caller now, aloud, without waiting for them to speak."
+ANSWER_TYPED = (
+    "The caller just typed a message (the last 'user:' line in your context). "
+    "Answer it now, aloud, without waiting for them to speak."
+)
+NEW_INSTRUCTIONS = "Your instructions have changed. From now on, follow these instead:\n"
 
 
 def clip(text: str, limit: int = MAX_APPEND_CHARS) -> str:

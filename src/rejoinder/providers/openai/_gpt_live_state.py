@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
@@ -24,6 +25,7 @@ from ...models.realtime import (
     ProviderError,
     RealtimeError,
     RealtimeEvent,
+    ReplyRefused,
     ToolCallRequested,
     ToolOutputFate,
     Transcript,
@@ -48,6 +50,10 @@ if TYPE_CHECKING:
     from ...models.bursts import BurstDetector
 
 __all__ = ["BackendTracker", "ConnectionState", "UserTurnTracker"]
+
+_MAX_REPLY_REQUESTS = 32
+"""Reply requests remembered to match a refusal. The service acknowledges none, so the
+oldest are dropped."""
 
 # -- one connection --------------------------------------------------------------------------
 
@@ -76,6 +82,12 @@ class ConnectionState:
         )
         self.usage_seconds = 0.0
         """The service's cumulative voice seconds for this connection."""
+        self._replies: deque[tuple[str, ...]] = deque(maxlen=_MAX_REPLY_REQUESTS)
+        """The event ids of each reply request (``generate_reply``, ``send_user_text``)."""
+
+    def reply_requested(self, *event_ids: str) -> None:
+        """A reply request went out as these events: an error naming one refuses it."""
+        self._replies.append(event_ids)
 
     def on_frame(self, text: str) -> str | RealtimeError | None:
         """One text frame. Returns the reason of a ``session.closed``, a fatal error (the
@@ -143,7 +155,13 @@ class ConnectionState:
         if is_fatal(error):  # the caller reports it and ends the session
             return RealtimeError(f"GPT-Live: {description}", fatal=True, code=code)
         self._emit(ProviderError(RealtimeError(f"GPT-Live: {description}", code=code)))
-        self.backend.on_error(description, as_str(error.get("client_event_id")))
+        client_event_id = as_str(error.get("client_event_id"))
+        request = next((r for r in self._replies if client_event_id in r), None)
+        if request is not None:  # no reply follows a refused request
+            self._replies.remove(request)
+            self._emit(ReplyRefused(description))
+        else:
+            self.backend.on_error(description, client_event_id)
         return None
 
 

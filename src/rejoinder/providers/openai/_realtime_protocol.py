@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +33,7 @@ from ...models.realtime import (
     ProviderError,
     RealtimeError,
     RealtimeEvent,
+    ReplyRefused,
     ToolCallRequested,
     ToolOutputFate,
     Transcript,
@@ -68,6 +70,9 @@ ResponseStatus = Literal["completed", "failed", "incomplete", "cancelled"]
 _BENIGN_ERROR_CODES = frozenset({"response_cancel_not_active"})
 
 _STATUSES: frozenset[str] = frozenset({"completed", "failed", "incomplete", "cancelled"})
+
+_MAX_REPLY_REQUESTS = 32
+"""Reply requests remembered for matching a refusal; older ones are dropped."""
 
 
 # -- state --------------------------------------------------------------------------------
@@ -238,6 +243,9 @@ class RealtimeProtocol:
         self._running: str | None = None
         self._started: set[str] = set()
         self._outbox: list[JSONObject] = []
+        self._replies: deque[tuple[str, ...]] = deque(maxlen=_MAX_REPLY_REQUESTS)
+        """The event_ids of each ``request_reply`` not yet answered by a response.created,
+        oldest first, to tie a refusal to its request."""
 
     def take_outgoing(self) -> list[JSONObject]:
         out, self._outbox = self._outbox, []
@@ -262,6 +270,15 @@ class RealtimeProtocol:
         if send:
             self._send_continuation()
         return fate
+
+    def request_reply(self, instructions: str | None = None, user_text: str | None = None) -> None:
+        """A ``generate_reply`` (or, with ``user_text``, a ``send_user_text``) request: the
+        typed message if any, then a ``response.create``. An error echoing one of their
+        event_ids refuses the request (``ReplyRefused``)."""
+        events = [item_create(message_item("user", user_text))] if user_text is not None else []
+        events.append(response_create(instructions))
+        self._replies.append(tuple(event["event_id"] for event in events))
+        self._outbox.extend(events)
 
     def interrupt(self, heard_seconds: float) -> None:
         """Playback was cut: stop the running response and forget what was not heard.
@@ -308,6 +325,11 @@ class RealtimeProtocol:
         response_id = require_str(require_obj(event, "response"), "id")
         self._running = response_id
         self._started.add(response_id)
+        if self._replies:
+            # The server answers client events in order: the oldest request was accepted.
+            # (A response the server started itself, e.g. on server VAD, also lands here;
+            # a refusal of that request then goes unmatched, and that response answers.)
+            self._replies.popleft()
         return [BackendResponseStarted(response_id)]
 
     def _audio_delta(self, event: JSONObject) -> list[RealtimeEvent]:
@@ -426,7 +448,17 @@ class RealtimeProtocol:
         events: list[RealtimeEvent] = [ProviderError(failure)]
         if self._tools.rejected(error.event_id):
             events.append(ContinuationFailed(None, error.message))
+        elif self._reply_refused(error.event_id):
+            events.append(ReplyRefused(error.message))
         return events
+
+    def _reply_refused(self, event_id: str | None) -> bool:
+        """An error answered an event of a pending reply request (which is then forgotten)."""
+        for request in self._replies:
+            if event_id in request:
+                self._replies.remove(request)
+                return True
+        return False
 
 
 _Handler = Callable[[RealtimeProtocol, JSONObject], list[RealtimeEvent]]

@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...models import FunctionCallOutput, ToolDefinition
@@ -37,11 +36,14 @@ from ...models.realtime import (
 )
 from ._gpt_live_io import InputAudio, Link, close_ws, open_session
 from ._gpt_live_protocol import (
+    ANSWER_TYPED,
     MAX_APPEND_CHARS,
+    NEW_INSTRUCTIONS,
     SAMPLE_RATE,
+    SPEAK_NOW,
     BackendSettings,
-    Endpoint,
     JSONObject,
+    Options,
     append_event,
     handshake_headers,
     live_endpoint,
@@ -60,32 +62,7 @@ __all__ = ["GPTLive", "GPTLiveSession"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
-# There is no "speak now" event (§2.5); a commentary append that asks for an immediate
-# answer is how the known client makes the model talk first.
-_SPEAK_NOW = "Answer the caller now, aloud, without waiting for them to speak."
-_ANSWER_TYPED = (
-    "The caller just typed a message (the last 'user:' line in your context). "
-    "Answer it now, aloud, without waiting for them to speak."
-)
-_NEW_INSTRUCTIONS = "Your instructions have changed. From now on, follow these instead:\n"
-
 _Phase = Literal["new", "connecting", "live", "reconnecting", "closed"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Options:
-    model: str
-    api_key: str
-    endpoint: Endpoint
-    voice: str | Mapping[str, str]
-    backend: BackendSettings
-    connect_timeout: float
-    close_timeout: float
-    max_reconnect_attempts: int
-    reconnect_backoff: float
-    user_turn_silence: float
-    burst_threshold: float
-    burst_end_silence: float
 
 
 class GPTLive(RealtimeModel):
@@ -132,7 +109,7 @@ class GPTLive(RealtimeModel):
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if not key:
             raise ValueError("GPTLive needs an API key: pass api_key= or set OPENAI_API_KEY")
-        self._options = _Options(
+        self._options = Options(
             model=model,
             api_key=key,
             endpoint=live_endpoint(base_url),
@@ -199,7 +176,7 @@ class GPTLiveSession(RealtimeSession):
       input audio is dropped (``dropped_audio_chunks``) and other events wait.
     """
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: Options) -> None:
         self._o = options
         self._phase: _Phase = "new"
         self._events: asyncio.Queue[RealtimeEvent | None] = asyncio.Queue()
@@ -299,7 +276,7 @@ class GPTLiveSession(RealtimeSession):
         # rule now, and the startup instructions of any reconnect.
         self._instructions = instructions
         if self._phase in ("connecting", "live"):
-            text = _NEW_INSTRUCTIONS + instructions
+            text = NEW_INSTRUCTIONS + instructions
             for start in range(0, len(text), MAX_APPEND_CHARS):
                 part = text[start : start + MAX_APPEND_CHARS]
                 self._send(append_event("instructions", part, self._next_id("instr")))
@@ -310,12 +287,12 @@ class GPTLiveSession(RealtimeSession):
             self._send(tools_update(self._next_id("update"), self._tools))
 
     def generate_reply(self, instructions: str | None = None) -> None:
-        content = _SPEAK_NOW if not instructions else f"{_SPEAK_NOW} {instructions}"
-        self._send(append_event("commentary", content, self._next_id("reply")))
+        content = SPEAK_NOW if not instructions else f"{SPEAK_NOW} {instructions}"
+        self._request_reply(append_event("commentary", content, self._next_id("reply")))
 
     def send_user_text(self, text: str) -> None:
-        self._send(append_event("thinking", f"user: {text}", self._next_id("ctx")))
-        self._send(append_event("commentary", _ANSWER_TYPED, self._next_id("reply")))
+        told = append_event("thinking", f"user: {text}", self._next_id("ctx"))
+        self._request_reply(told, append_event("commentary", ANSWER_TYPED, self._next_id("reply")))
 
     async def aclose(self) -> None:
         if self._closing is not None:
@@ -331,6 +308,12 @@ class GPTLiveSession(RealtimeSession):
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids)}"
+
+    def _request_reply(self, *events: JSONObject) -> None:
+        """Send the events of a reply request; an error naming one of them refuses it."""
+        self._state.reply_requested(*(str(event["event_id"]) for event in events))
+        for event in events:
+            self._send(event)
 
     def _send(self, event: JSONObject) -> None:
         if self._phase == "live" and self._link is not None:

@@ -312,11 +312,12 @@ class OpenAIRealtimeSession(RealtimeSession):
             # Without server VAD nobody else ends the user's audio turn.
             self._send(wire.audio_commit())
             self._uncommitted_audio = False
-        self._send(wire.response_create(instructions))
+        self._protocol.request_reply(instructions)
+        self._take_protocol_output()
 
     def send_user_text(self, text: str) -> None:
-        self._send(wire.item_create(wire.message_item("user", text)))
-        self._send(wire.response_create())
+        self._protocol.request_reply(user_text=text)
+        self._take_protocol_output()
 
     def audio_interrupted(self, heard_seconds: float) -> None:
         if self._state == "closed":
