@@ -8,8 +8,6 @@ pulse through ``listening`` would show up as an extra state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -17,64 +15,9 @@ import rejoinder as rj
 from rejoinder.providers.openai import GPTLive
 from rejoinder.testing import GPTLiveServer, advance, now
 
-from .realtime_rig import Rig, start_rig
+from .realtime_rig import Rig, Weather, answer, live, start_rig, user_asks
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
-
-ANSWERED = ["initializing", "listening", "thinking", "speaking", "listening"]
-
-
-class Weather(rj.Agent):
-    def __init__(self, gate: asyncio.Event | None = None, **kwargs: Any) -> None:
-        super().__init__(instructions="You are a phone assistant.", **kwargs)
-        self.gate = gate
-        self.reply_required = True
-
-    @rj.function_tool
-    async def get_weather(self, city: str) -> rj.ToolResult:
-        """Current weather for a city.
-
-        Args:
-            city: the city name
-        """
-        if self.gate is not None:
-            await self.gate.wait()
-        return rj.ToolResult(f"18 C and sunny in {city}", reply_required=self.reply_required)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[GPTLiveServer]:
-    async with GPTLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def rigs() -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.aclose()
-
-
-async def live(
-    server: GPTLiveServer, rigs: list[Rig], agent: rj.Agent | None = None, **options: Any
-) -> Rig:
-    model = GPTLive(api_key="test", base_url=server.base_url)
-    rig = await start_rig(model, agent or Weather(), **options)
-    rigs.append(rig)
-    return rig
-
-
-async def user_asks(server: GPTLiveServer, rig: Rig, text: str) -> None:
-    await server.input_transcript(text, 1200, 2700)
-    await rig.settle(1.0)  # 0.8 s of input audio after the fragment ends the turn
-
-
-async def answer(server: GPTLiveServer, rig: Rig, text: str, seconds: float = 1.0) -> None:
-    await server.output_transcript(text)
-    await server.speech(seconds, then_silence=1.0)
-    await rig.settle(seconds + 0.1)
-
 
 # --------------------------------------------------------------------------- D1
 

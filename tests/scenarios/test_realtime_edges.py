@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import rejoinder as rj
-from rejoinder.providers.openai import GPTLive, Realtime
+from rejoinder.providers.openai import GPTLive
 from rejoinder.testing import (
     GPTLiveServer,
     MemoryAudioInput,
@@ -24,83 +23,20 @@ from rejoinder.testing import (
     now,
 )
 
-from .realtime_rig import Rig, start_rig
+from .realtime_rig import (
+    ANSWERED,
+    Rig,
+    Weather,
+    answer,
+    live,
+    realtime,
+    spoken,
+    start_rig,
+    user_asks,
+    user_says,
+)
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
-
-
-class Weather(rj.Agent):
-    def __init__(self, gate: asyncio.Event | None = None, **kwargs: Any) -> None:
-        super().__init__(instructions="You are a phone assistant.", **kwargs)
-        self.gate = gate
-
-    @rj.function_tool
-    async def get_weather(self, city: str) -> str:
-        """Current weather for a city.
-
-        Args:
-            city: the city name
-        """
-        if self.gate is not None:
-            await self.gate.wait()
-        return f"18 C and sunny in {city}"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[GPTLiveServer]:
-    async with GPTLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def oai() -> AsyncIterator[OpenAIRealtimeServer]:
-    async with OpenAIRealtimeServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def rigs() -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.aclose()
-
-
-async def live(
-    server: GPTLiveServer, rigs: list[Rig], agent: rj.Agent | None = None, **options: Any
-) -> Rig:
-    model = GPTLive(api_key="test", base_url=server.base_url)
-    rig = await start_rig(model, agent or Weather(), **options)
-    rigs.append(rig)
-    return rig
-
-
-async def realtime(
-    oai: OpenAIRealtimeServer, rigs: list[Rig], agent: rj.Agent | None = None, **options: Any
-) -> Rig:
-    rig = await start_rig(Realtime(api_key="sk-test", base_url=oai.base_url), agent, **options)
-    rigs.append(rig)
-    return rig
-
-
-async def user_asks(server: GPTLiveServer, rig: Rig, text: str) -> None:
-    await server.input_transcript(text, 1200, 2700)
-    await rig.settle(1.0)
-
-
-async def answer(server: GPTLiveServer, rig: Rig, text: str, seconds: float = 1.0) -> None:
-    await server.output_transcript(text)
-    await server.speech(seconds, then_silence=1.0)
-    await rig.settle(seconds + 0.1)
-
-
-async def user_says(oai: OpenAIRealtimeServer, rig: Rig, text: str) -> None:
-    await oai.speech_started()
-    await rig.settle(0.5)
-    await oai.speech_stopped(500)
-    await oai.committed()
-    await oai.input_transcription("item_user", text)
-    await rig.settle()
 
 
 def items(session: rj.AgentSession[Any]) -> list[tuple[str, ...]]:
@@ -113,6 +49,15 @@ def items(session: rj.AgentSession[Any]) -> list[tuple[str, ...]]:
         elif isinstance(item, rj.FunctionCallOutput):
             out.append(("output", item.call_id))
     return out
+
+
+async def reply_heard(server: GPTLiveServer, text: str) -> None:
+    """For a session started without a rig, once a reply was asked for: the model says
+    ``text`` (1 s of speech), and it has played by the time this returns."""
+    await advance(0.2)
+    await server.output_transcript(text)
+    await server.speech(1.0, then_silence=1.0)
+    await advance(1.5)
 
 
 # ------------------------------------------------------------------- history
@@ -306,12 +251,7 @@ async def test_handoff_tool_on_realtime_has_no_listening_gap(
     assert rig.session.current_agent.id == "billing"
     await oai.wait_for("response.create")
     await rig.settle(0.2)
-    await oai.response_created("resp_2")
-    await oai.transcript("resp_2", "item_2", "Billing desk, how can I help?")
-    await oai.audio("resp_2", "item_2", seconds=0.5)
-    await oai.audio_done("resp_2", "item_2")
-    await oai.response_done("resp_2")
-    await rig.settle(0.6)
+    await spoken(oai, rig, "resp_2", "Billing desk, how can I help?", item="item_2")
 
     assert (got := rig.timeline.agent_states(since=t0)) == [
         "listening",
@@ -370,12 +310,7 @@ async def test_agent_task_awaited_from_a_realtime_tool_listens_for_the_user(
     await rig.settle(0.5)
     assert rig.session.current_agent.id == "get_email"
     await oai.wait_for("response.create")
-    await oai.response_created("resp_2")
-    await oai.transcript("resp_2", "item_2", "What is your email?")
-    await oai.audio("resp_2", "item_2", seconds=0.5)
-    await oai.audio_done("resp_2", "item_2")
-    await oai.response_done("resp_2")
-    await rig.settle(0.6)
+    await spoken(oai, rig, "resp_2", "What is your email?", item="item_2")
     await rig.settle(2.0)  # waiting for the user's answer
     await user_says(oai, rig, "It is a at b dot com.")
     await oai.response_created("resp_3")
@@ -384,12 +319,7 @@ async def test_agent_task_awaited_from_a_realtime_tool_listens_for_the_user(
     await rig.settle(0.5)
     assert rig.session.current_agent.id == "signup"
     await oai.wait_for("response.create", count=2)
-    await oai.response_created("resp_4")
-    await oai.transcript("resp_4", "item_4", "You are signed up.")
-    await oai.audio("resp_4", "item_4", seconds=0.5)
-    await oai.audio_done("resp_4", "item_4")
-    await oai.response_done("resp_4")
-    await rig.settle(0.6)
+    await spoken(oai, rig, "resp_4", "You are signed up.", item="item_4")
 
     assert (got := rig.timeline.agent_states(since=t0)) == [
         "listening",
@@ -422,17 +352,8 @@ async def test_agent_transcript_reaches_the_transcription_output(
     await session.start(Weather())
     try:
         session.generate_reply(instructions="Say hello.")
-        await advance(0.2)
-        await server.output_transcript("Hello there.")
-        await server.speech(1.0, then_silence=1.0)
-        await advance(1.5)
-        assert timeline.agent_states() == [
-            "initializing",
-            "listening",
-            "thinking",
-            "speaking",
-            "listening",
-        ]
+        await reply_heard(server, "Hello there.")
+        assert timeline.agent_states() == ANSWERED
         assert text.segments == ["Hello there."]
     finally:
         await session.aclose()
@@ -455,18 +376,9 @@ async def test_output_at_48k_plays_the_whole_burst(server: GPTLiveServer) -> Non
     feeder = asyncio.get_running_loop().create_task(mic.push_silence(600))
     try:
         handle = session.generate_reply(instructions="Say hello.")
-        await advance(0.2)
-        await server.output_transcript("Hello there, caller.")
-        await server.speech(1.0, then_silence=1.0)
-        await advance(1.5)
+        await reply_heard(server, "Hello there, caller.")
         assert handle.done()
-        assert timeline.agent_states() == [
-            "initializing",
-            "listening",
-            "thinking",
-            "speaking",
-            "listening",
-        ]
+        assert timeline.agent_states() == ANSWERED
         assert speaker.segments == [pytest.approx(1.0, abs=0.01)]
         assert [(m.role, m.content, m.interrupted) for m in session.history.messages()] == [
             ("assistant", "Hello there, caller.", False)
@@ -729,18 +641,9 @@ async def test_text_only_session_on_a_realtime_model(server: GPTLiveServer) -> N
     await session.start(Weather())
     try:
         handle = session.generate_reply(user_input="Hi!")
-        await advance(0.2)
-        await server.output_transcript("Hello, caller.")
-        await server.speech(1.0, then_silence=1.0)
-        await advance(1.5)
+        await reply_heard(server, "Hello, caller.")
         assert handle.done()
-        assert timeline.agent_states() == [
-            "initializing",
-            "listening",
-            "thinking",
-            "speaking",
-            "listening",
-        ]
+        assert timeline.agent_states() == ANSWERED
         assert [(m.role, m.content) for m in session.history.messages()] == [
             ("user", "Hi!"),
             ("assistant", "Hello, caller."),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.models.audio import AudioFrame
-from rejoinder.providers.openai import GPTLive, Realtime
+from rejoinder.providers.openai import GPTLive
 from rejoinder.testing import (
     GPTLiveServer,
     MemoryAudioInput,
@@ -27,68 +26,18 @@ from rejoinder.testing import (
     now,
 )
 
-from .realtime_rig import Rig, start_rig
+from .realtime_rig import (
+    Rig,
+    Weather,
+    answer,
+    live,
+    realtime,
+    spoken,
+    user_asks,
+    user_says,
+)
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
-
-
-class Weather(rj.Agent):
-    def __init__(self, gate: asyncio.Event | None = None, **kwargs: Any) -> None:
-        super().__init__(instructions="You are a phone assistant.", **kwargs)
-        self.gate = gate
-        self.runs: list[str] = []
-
-    @rj.function_tool
-    async def get_weather(self, city: str) -> rj.ToolResult:
-        """Current weather for a city.
-
-        Args:
-            city: the city name
-        """
-        self.runs.append(city)
-        if self.gate is not None:
-            await self.gate.wait()
-        return rj.ToolResult(f"18 C and sunny in {city}")
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[GPTLiveServer]:
-    async with GPTLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def oai() -> AsyncIterator[OpenAIRealtimeServer]:
-    async with OpenAIRealtimeServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def rigs() -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.aclose()
-
-
-async def live(
-    server: GPTLiveServer, rigs: list[Rig], agent: rj.Agent | None = None, **options: Any
-) -> Rig:
-    model = GPTLive(api_key="test", base_url=server.base_url)
-    rig = await start_rig(model, agent or Weather(), **options)
-    rigs.append(rig)
-    return rig
-
-
-async def user_asks(server: GPTLiveServer, rig: Rig, text: str) -> None:
-    await server.input_transcript(text, 1200, 2700)
-    await rig.settle(1.0)  # 0.8 s of input audio after the fragment ends the turn
-
-
-async def answer(server: GPTLiveServer, rig: Rig, text: str, seconds: float = 1.0) -> None:
-    await server.output_transcript(text)
-    await server.speech(seconds, then_silence=1.0)
-    await rig.settle(seconds + 0.1)
 
 
 class SilenceStream:
@@ -508,52 +457,6 @@ async def test_null_delegation_call_without_response_created_duplicates_and_stat
 
 
 # ------------------------------------------------------------- OpenAI Realtime
-
-
-async def realtime(
-    oai: OpenAIRealtimeServer, rigs: list[Rig], agent: rj.Agent | None = None, **options: Any
-) -> Rig:
-    model = Realtime(api_key="sk-test", base_url=oai.base_url)
-    rig = await start_rig(model, agent or Shop(), **options)
-    rigs.append(rig)
-    return rig
-
-
-class Shop(rj.Agent):
-    def __init__(self) -> None:
-        super().__init__(instructions="You run a shop.")
-
-    @rj.function_tool
-    async def stock(self, item: str) -> rj.ToolResult:
-        """How many of an item are in stock.
-
-        Args:
-            item: the item name
-        """
-        return rj.ToolResult(f"3 {item}s")
-
-
-async def user_says(oai: OpenAIRealtimeServer, rig: Rig, text: str | None) -> None:
-    await oai.speech_started()
-    await rig.settle(0.5)
-    await oai.speech_stopped(500)
-    await oai.committed()
-    if text is None:
-        await oai.input_transcription_failed("item_user", "audio too noisy")
-    else:
-        await oai.input_transcription("item_user", text)
-    await rig.settle()
-
-
-async def spoken(
-    oai: OpenAIRealtimeServer, rig: Rig, resp: str, text: str, seconds: float = 0.5
-) -> None:
-    await oai.response_created(resp)
-    await oai.transcript(resp, f"item_{resp}", text)
-    await oai.audio(resp, f"item_{resp}", seconds=seconds)
-    await oai.audio_done(resp, f"item_{resp}")
-    await oai.response_done(resp)
-    await rig.settle(seconds + 0.1)
 
 
 @pytest.mark.parametrize("status", ["incomplete", "failed"])
