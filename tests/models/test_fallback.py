@@ -153,7 +153,7 @@ async def test_probe_reads_one_chunk_and_closes_the_stream() -> None:
             try:
                 while True:  # a reply that would never end
                     yield rj.models.llm.ChatChunk(delta="pong ")
-                    await asyncio.sleep(0.1)
+                    await advance(0.1)
             finally:
                 closed.set()
 
@@ -291,9 +291,10 @@ def test_a_probe_runs_only_in_the_loop_that_started_it() -> None:
         second.run_until_complete(in_second_loop())
         assert fallback_probes(first) == 1  # untouched by the second loop's aclose
     finally:
-        for task in asyncio.all_tasks(first):
+        leftover = asyncio.all_tasks(first)
+        for task in leftover:
             task.cancel()
-        first.run_until_complete(asyncio.sleep(0))
+        first.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
         first.close()
         second.close()
     assert len(primary.calls) == 2

@@ -60,7 +60,7 @@ class SilenceStream:
         loud = (0x1000).to_bytes(2, "little", signed=True) * 2400
         quiet = bytes(4800)
         while True:
-            await asyncio.sleep(0.1)
+            await advance(0.1)
             if self.speech_frames > 0:
                 self.speech_frames -= 1
                 await self.server.audio(loud)
