@@ -7,7 +7,12 @@ import pytest
 
 from rejoinder.models.audio import AudioFrame
 from rejoinder.models.bursts import BurstDetector
-from rejoinder.models.realtime import AgentAudio, AgentAudioEnded, AgentAudioStarted
+from rejoinder.models.realtime import (
+    AgentAudio,
+    AgentAudioEnded,
+    AgentAudioPaused,
+    AgentAudioStarted,
+)
 
 RATE = 24000
 
@@ -74,7 +79,8 @@ def test_silence_before_a_burst_is_dropped_and_positions_count_it() -> None:
 def test_speech_is_released_as_soon_as_it_is_classified() -> None:
     detector = BurstDetector()
     assert summary(feed(detector, speech(0.1))) == [("started", 0), ("audio", 2400)]
-    assert feed(detector, silence(0.5)) == []  # held back: speech may resume
+    held = feed(detector, silence(0.5))  # held back: speech may resume
+    assert held == [AgentAudioPaused(100)]  # but what was sent is all there is for now
 
 
 def test_a_pause_shorter_than_end_silence_stays_inside_the_burst() -> None:
@@ -100,8 +106,24 @@ def test_a_long_pause_splits_two_bursts() -> None:
 def test_the_burst_ends_exactly_after_end_silence_of_samples() -> None:
     detector = BurstDetector(end_silence=0.8)
     feed(detector, speech(0.1))
-    assert feed(detector, silence(0.79)) == []
+    assert summary(feed(detector, silence(0.79))) == []
     assert summary(feed(detector, silence(0.01))) == [("ended", 100)]
+
+
+def test_paused_is_reported_once_per_pause_after_pause_after_of_silence() -> None:
+    detector = BurstDetector(pause_after=0.2, end_silence=0.8)
+    feed(detector, speech(0.1))
+    assert feed(detector, silence(0.19)) == []
+    assert feed(detector, silence(0.01)) == [AgentAudioPaused(100)]
+    assert feed(detector, silence(0.3)) == []  # once per pause
+    events = feed(detector, stream(speech(0.1), silence(0.25)))  # resumes, pauses again
+    assert [type(e) for e in events] == [AgentAudio, AgentAudioPaused]
+    assert events[1] == AgentAudioPaused(700)
+
+
+def test_pause_after_must_fit_inside_end_silence() -> None:
+    with pytest.raises(ValueError, match="pause_after"):
+        BurstDetector(pause_after=0.9, end_silence=0.8)
 
 
 @pytest.mark.parametrize("sizes", [[3, 1, 97], [7, 333, 1001], [239, 241], [5000, 17]])

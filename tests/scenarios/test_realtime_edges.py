@@ -80,8 +80,7 @@ async def test_two_bursts_back_to_back_keep_their_order_in_history(
 
     assert (got := rig.timeline.agent_states(since=t0)) == [
         "listening",
-        "thinking",  # 0 ms: the burst's reply opens before its playback starts
-        "speaking",
+        "speaking",  # unsolicited speech owes nothing until heard: no 0 ms thinking
         "thinking",  # 0 ms: the second burst is queued, as with a queued pipeline reply (A7)
         "speaking",
         "listening",

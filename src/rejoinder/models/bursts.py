@@ -17,7 +17,13 @@ import itertools
 import numpy as np
 
 from .audio import PCM16, AudioFrame
-from .realtime import AgentAudio, AgentAudioEnded, AgentAudioStarted, RealtimeEvent
+from .realtime import (
+    AgentAudio,
+    AgentAudioEnded,
+    AgentAudioPaused,
+    AgentAudioStarted,
+    RealtimeEvent,
+)
 
 __all__ = ["BurstDetector"]
 
@@ -31,7 +37,10 @@ class BurstDetector:
     fraction of full scale) is speech. A burst starts at its first speech window and ends
     once ``end_silence`` seconds of silence follow it. Silence inside a burst is held back
     and released only when speech resumes within ``end_silence``, so an ended burst carries
-    no trailing silence; silence outside bursts is dropped.
+    no trailing silence; silence outside bursts is dropped. After ``pause_after`` seconds
+    of silence inside a burst, ``AgentAudioPaused`` says the audio so far is all there is
+    for now: on a stream that arrives in real time, that is how soon the end of speech is
+    known, while ``end_silence`` decides whether the utterance is over.
 
     Positions (``position_ms``) count the samples pushed since the detector was created:
     the provider's output timeline. ``AgentAudioEnded.position_ms`` is where the last speech
@@ -45,6 +54,7 @@ class BurstDetector:
         "_held",
         "_held_samples",
         "_in_burst",
+        "_pause_samples",
         "_position",
         "_speech_end",
         "_threshold_power",
@@ -58,15 +68,19 @@ class BurstDetector:
         sample_rate: int = 24000,
         threshold: float = 0.0006,
         end_silence: float = 0.8,
+        pause_after: float = 0.2,
         window: float = 0.01,
     ) -> None:
         if sample_rate <= 0:
             raise ValueError("sample_rate must be positive")
         if threshold < 0 or end_silence <= 0 or window <= 0:
             raise ValueError("threshold must be >= 0; end_silence and window must be > 0")
+        if not 0 < pause_after <= end_silence:
+            raise ValueError("pause_after must be > 0 and at most end_silence")
         self.sample_rate = sample_rate
         self._window = max(1, round(window * sample_rate))
         self._end_samples = max(1, round(end_silence * sample_rate))
+        self._pause_samples = max(1, round(pause_after * sample_rate))
         # Comparing mean power with threshold² avoids a square root per window.
         self._threshold_power = (threshold * _FULL_SCALE) ** 2
         self._carry: PCM16 = np.zeros(0, np.int16)
@@ -160,9 +174,13 @@ class BurstDetector:
         if not self._in_burst:
             return
         if self._held_samples + run.shape[0] < self._end_samples:
+            held_before = self._held_samples
             # Copied: ``run`` may be a view of the caller's buffer.
             self._held.append(run.copy())
             self._held_samples += run.shape[0]
+            if held_before < self._pause_samples <= self._held_samples:
+                self._release_audio(events)
+                events.append(AgentAudioPaused(self._ms(self._speech_end)))
             return
         self._release_audio(events)
         events.append(AgentAudioEnded(self._ms(self._speech_end)))

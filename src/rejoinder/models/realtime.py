@@ -107,6 +107,16 @@ class AgentAudio:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentAudioPaused:
+    """The agent's audio has gone silent inside a stretch that may still resume: what was
+    sent so far is all there is to play for now. Optional (providers that know where
+    speech ends need not send it); the session then stops reporting ``speaking`` once
+    the audio sent so far has played, but keeps the reply owed until the stretch ends."""
+
+    position_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAudioEnded:
     position_ms: int | None = None
 
@@ -161,6 +171,7 @@ RealtimeEvent: TypeAlias = (
     | ReplyRefused
     | AgentAudioStarted
     | AgentAudio
+    | AgentAudioPaused
     | AgentAudioEnded
     | Transcript
     | UserSpeechStarted

@@ -24,6 +24,7 @@ from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefiniti
 from ..models.realtime import (
     AgentAudio,
     AgentAudioEnded,
+    AgentAudioPaused,
     AgentAudioStarted,
     BackendResponseEnded,
     BackendResponseStarted,
@@ -170,12 +171,23 @@ class RealtimeDriver:
         if isinstance(event, AgentAudio):
             playout.frame(event.frame)
         elif isinstance(event, AgentAudioStarted):
-            reply = self._state.new(ObligationKind.REPLY, SESSION_OWNER, label="realtime audio")
+            # Speech the provider starts while it owes nothing owes nothing until it is
+            # heard (no 0 ms "thinking" before "speaking"); the playout commits it then.
+            # Speech of a running response, an owed answer, or queued behind other speech
+            # is owed from the start.
+            reply = self._state.new(
+                ObligationKind.REPLY,
+                SESSION_OWNER,
+                label="realtime audio",
+                committed=None if self.obligations.open_count() or not playout.idle else False,
+            )
             self.obligations.audio_starting(reply)
             assert self._record_of is not None
             burst = playout.begin(reply)
             burst.connection = self._connection
             self._record_of.burst_began(burst)
+        elif isinstance(event, AgentAudioPaused):
+            playout.pause()
         elif isinstance(event, AgentAudioEnded):
             playout.end()
         elif isinstance(event, Transcript):

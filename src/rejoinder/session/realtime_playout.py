@@ -5,6 +5,11 @@ burst is queued and played after the one before it has finished. ``speaking`` co
 the output's playback-started report, and a burst's ``reply`` obligation closes on its
 playback-finished report, exactly as for pipeline speech.
 
+A burst may pause (``AgentAudioPaused``: silence that may or may not end the utterance).
+What was captured so far is then flushed as one output segment: once it has played the
+agent is no longer audible, but the burst's reply stays open (the agent reports
+``thinking``, never ``listening``) until the burst resumes in a new segment or ends.
+
 Without an audio output, a burst counts as audible from its first to its last frame
 (the provider's own timing): there is nothing else to go by.
 """
@@ -15,7 +20,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..floor import Obligation
 from .turn_state import TurnState
@@ -39,10 +44,20 @@ class Burst:
     span_end_ms: int | None = None
     """End of its transcript on the provider's timeline, when fragments carry one."""
     captured: float = 0.0
+    heard: float = 0.0
+    """Seconds of its finished output segments that were played."""
     ended: bool = False
     cut: bool = False
-    frames: asyncio.Queue[AudioFrame | None] = field(default_factory=asyncio.Queue)
-    played: asyncio.Future[PlaybackFinished] | None = None
+    done: bool = False
+    shown: bool = False
+    pending_frames: int = 0
+    frames: asyncio.Queue[AudioFrame | object | None] = field(default_factory=asyncio.Queue)
+    segment: asyncio.Future[None] | None = None
+    """The output segment being played, resolved by its playback-finished report."""
+
+
+_PAUSE = object()
+"""Queued after a burst's frames when it pauses: flush what was captured."""
 
 
 def _finished_event(position: float, interrupted: bool) -> PlaybackFinished:
@@ -96,7 +111,7 @@ class RealtimePlayout:
         burst = Burst(reply, seq=self._seq)
         self._receiving = burst
         if self._output is None:
-            self._state.set_audible(reply, True)
+            self._heard(reply)
             self._started(burst)
         else:
             self._queue.append(burst)
@@ -110,7 +125,17 @@ class RealtimePlayout:
         if self._output is None:
             burst.captured += frame.duration
         else:
+            burst.pending_frames += 1
             burst.frames.put_nowait(frame)
+
+    def pause(self) -> None:
+        burst = self._receiving
+        if burst is None or burst.cut:
+            return
+        if self._output is not None:
+            burst.frames.put_nowait(_PAUSE)
+        # Without an output, a pause is ignored: frames carry no playback time, and a
+        # pause and an end that arrive together would show a 0 ms "thinking".
 
     def end(self) -> None:
         burst, self._receiving = self._receiving, None
@@ -118,7 +143,7 @@ class RealtimePlayout:
             return
         burst.ended = True
         if self._output is None:
-            self._finished(burst, _finished_event(burst.captured, burst.cut))
+            self._finish(burst, _finished_event(burst.captured, burst.cut))
         else:
             burst.frames.put_nowait(None)
 
@@ -131,7 +156,10 @@ class RealtimePlayout:
         playing = self._playing
         if playing is not None and self._output is not None:
             playing.cut = True
-            self._output.clear_buffer()
+            if playing.segment is not None and not playing.segment.done():
+                self._output.clear_buffer()  # reports finished: interrupted
+            else:  # between segments: nothing is audible to cut
+                self._finish(playing, _finished_event(playing.heard, True))
         elif self._receiving is not None and self._output is None:
             self._receiving.cut = True
             self.end()
@@ -148,7 +176,15 @@ class RealtimePlayout:
         burst.cut = True
         if self._receiving is burst:
             self._receiving = None
-        self._finished(burst, _finished_event(0.0, True))
+        self._finish(burst, _finished_event(0.0, True))
+
+    def _finish(self, burst: Burst, event: PlaybackFinished) -> None:
+        if burst.done:
+            return
+        burst.done = True
+        if self._playing is burst:
+            self._playing = None  # finished: the playout may be idle for the callback
+        self._finished(burst, event)
 
     # ------------------------------------------------------------------ playing
 
@@ -159,7 +195,6 @@ class RealtimePlayout:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             burst = self._queue.popleft()
-            burst.played = asyncio.get_running_loop().create_future()
             self._playing = burst
             try:
                 await self._play(burst, self._output)
@@ -167,30 +202,47 @@ class RealtimePlayout:
                 self._playing = None
 
     async def _play(self, burst: Burst, output: AudioOutput) -> None:
-        assert burst.played is not None
-        while (frame := await burst.frames.get()) is not None:
+        segment = 0.0
+        while (item := await burst.frames.get()) is not None:
+            if item is _PAUSE:
+                if not burst.cut:
+                    segment += await self._flush_resampler(burst, output)
+                    if segment > 0:
+                        await self._end_segment(burst, output)
+                        segment = 0.0
+                continue
+            burst.pending_frames -= 1
             if burst.cut:
                 continue  # interrupted: drain what still arrives for it
-            resampled = self._to_output_rate(frame, output)
+            resampled = self._to_output_rate(cast("AudioFrame", item), output)
             if resampled is not None:
-                await self._capture(burst, output, resampled)
-        if burst.cut:
+                segment += await self._capture(burst, output, resampled)
+        if burst.cut or burst.done:
             self._resampler = None
             return
-        if self._resampler is not None:
-            tail, self._resampler = self._resampler.flush(), None
-            if tail is not None:
-                await self._capture(burst, output, tail)
-        if burst.captured <= 0:
-            self._playing = None  # finished: the playout may be idle for the callback
-            self._finished(burst, _finished_event(0.0, False))
-            return
-        output.flush()
-        await asyncio.shield(burst.played)
+        segment += await self._flush_resampler(burst, output)
+        if segment > 0:
+            await self._end_segment(burst, output)
+        self._finish(burst, _finished_event(burst.heard, False))
 
-    async def _capture(self, burst: Burst, output: AudioOutput, frame: AudioFrame) -> None:
+    async def _flush_resampler(self, burst: Burst, output: AudioOutput) -> float:
+        """The resampler's held-back tail belongs to the audio before a pause or end."""
+        if self._resampler is None:
+            return 0.0
+        tail, self._resampler = self._resampler.flush(), None
+        return 0.0 if tail is None else await self._capture(burst, output, tail)
+
+    async def _capture(self, burst: Burst, output: AudioOutput, frame: AudioFrame) -> float:
+        if burst.segment is None or burst.segment.done():
+            burst.segment = asyncio.get_running_loop().create_future()
         await output.capture_frame(frame)
         burst.captured += frame.duration
+        return frame.duration
+
+    async def _end_segment(self, burst: Burst, output: AudioOutput) -> None:
+        assert burst.segment is not None
+        output.flush()
+        await asyncio.shield(burst.segment)
 
     def _to_output_rate(self, frame: AudioFrame, output: AudioOutput) -> AudioFrame | None:
         rate = output.sample_rate
@@ -203,14 +255,32 @@ class RealtimePlayout:
         return self._resampler.push(frame)
 
     def _playback_started(self) -> None:
-        if self._playing is not None:
-            self._state.set_audible(self._playing.reply, True)
-            self._started(self._playing)
+        burst = self._playing
+        if burst is None:
+            return
+        self._heard(burst.reply)
+        if not burst.shown:
+            burst.shown = True
+            self._started(burst)
+
+    def _heard(self, reply: Obligation) -> None:
+        self._state.set_audible(reply, True)
+        if not reply.committed:
+            # Once heard, the rest of the utterance is owed (a pause is not the end).
+            self._state.set_committed(reply, True)
 
     def _playback_finished(self, event: PlaybackFinished) -> None:
         burst = self._playing
-        if burst is None or burst.played is None or burst.played.done():
+        if burst is None or burst.done:
             return
-        burst.played.set_result(event)
-        self._playing = None  # finished: the playout may be idle for the callback
-        self._finished(burst, event)
+        burst.heard += event.position
+        if burst.segment is not None and not burst.segment.done():
+            burst.segment.set_result(None)
+        if event.interrupted:
+            self._finish(burst, _finished_event(burst.heard, True))
+        elif burst.ended and burst.pending_frames == 0:
+            # The last segment: the reply closes in the same step (no 0 ms "thinking").
+            self._finish(burst, _finished_event(burst.heard, False))
+        else:
+            # Paused: nothing audible now, but the burst may go on; still owed.
+            self._state.set_audible(burst.reply, False)
