@@ -201,6 +201,8 @@ def test_options_are_checked_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (model.duplex, model.sample_rate, model.provider) == (True, 24000, "openai")
     with pytest.raises(ValueError, match="base_url"):
         GPTLive(base_url="ftp://example.com")
+    with pytest.raises(ValueError, match="burst_pause_after"):
+        GPTLive(api_key="k", burst_pause_after=1.0, burst_end_silence=0.8)
 
 
 def test_importing_the_client_loads_neither_aiohttp_nor_numpy() -> None:

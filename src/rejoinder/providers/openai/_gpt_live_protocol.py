@@ -92,6 +92,7 @@ class Options:
     user_turn_silence: float
     burst_threshold: float
     burst_end_silence: float
+    burst_pause_after: float
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ class ConnectionState:
         user_turn_silence: float,
         burst_threshold: float,
         burst_end_silence: float,
+        burst_pause_after: float,
     ) -> None:
         from ...models.bursts import BurstDetector
 
@@ -78,7 +79,10 @@ class ConnectionState:
         self.backend = BackendTracker(emit, send, new_id)
         self.turns = UserTurnTracker(emit, silence=user_turn_silence)
         self._bursts: BurstDetector = BurstDetector(
-            sample_rate=SAMPLE_RATE, threshold=burst_threshold, end_silence=burst_end_silence
+            sample_rate=SAMPLE_RATE,
+            threshold=burst_threshold,
+            end_silence=burst_end_silence,
+            pause_after=burst_pause_after,
         )
         self.usage_seconds = 0.0
         """The service's cumulative voice seconds for this connection."""

@@ -100,7 +100,10 @@ class GPTLive(RealtimeModel):
         user_turn_silence: float = 0.8,
         burst_threshold: float = 0.0006,
         burst_end_silence: float = 0.8,
+        burst_pause_after: float = 0.2,
     ) -> None:
+        if not 0 < burst_pause_after <= burst_end_silence:
+            raise ValueError("burst_pause_after must be > 0 and at most burst_end_silence")
         if delegation != "responses":
             raise ValueError(
                 f"GPTLive supports delegation='responses' only, got {delegation!r}: client "
@@ -131,6 +134,7 @@ class GPTLive(RealtimeModel):
             user_turn_silence=user_turn_silence,
             burst_threshold=burst_threshold,
             burst_end_silence=burst_end_silence,
+            burst_pause_after=burst_pause_after,
         )
 
     @property
@@ -420,6 +424,7 @@ class GPTLiveSession(RealtimeSession):
             user_turn_silence=self._o.user_turn_silence,
             burst_threshold=self._o.burst_threshold,
             burst_end_silence=self._o.burst_end_silence,
+            burst_pause_after=self._o.burst_pause_after,
         )
 
     def _lose_connection(self) -> None:
