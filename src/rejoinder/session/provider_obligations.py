@@ -67,10 +67,6 @@ class ProviderObligations:
         """The owed answer is one the application asked for (not a backend result)."""
         self._answer_timer: asyncio.TimerHandle | None = None
 
-    @property
-    def answer_owed(self) -> bool:
-        return self._answer is not None
-
     def open_count(self) -> int:
         """Provider obligations still open (for tests and diagnostics)."""
         return (
