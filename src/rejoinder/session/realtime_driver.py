@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition, ToolError
+from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
 from ..models.realtime import (
     AgentAudio,
     AgentAudioEnded,
@@ -48,7 +48,7 @@ from .realtime_playout import Burst, RealtimePlayout
 from .realtime_record import RealtimeRecord
 from .run_context import RunContext
 from .speech import SpeechHandle
-from .tool_runner import ToolOutcome, _outcome_of, _output
+from .tool_runner import ToolOutcome, _output, invoke_tool
 from .tools import FunctionTool
 
 if TYPE_CHECKING:
@@ -332,15 +332,11 @@ class RealtimeDriver:
             session=self._session, speech_handle=handle, function_call=call, release=release
         )
         try:
-            if tool is None:
-                raise ToolError(f"unknown tool {call.name!r}")
-            outcome = _outcome_of(call, await tool.invoke(context, call.arguments))
+            outcome = await invoke_tool(self._session, call, tool, context)
         except asyncio.CancelledError:
             self.obligations.tool_abandoned(call.call_id)
             self._state.close(background, "cancelled")
             raise
-        except Exception as exc:
-            outcome = _failed_outcome(call, exc, self._session)
         handoff = None
         if outcome.handoff is not None:
             # The new agent owes what comes next: no listening gap until it entered.
@@ -396,17 +392,6 @@ class RealtimeDriver:
     async def _pump_microphone(self, mic: AudioInput) -> None:
         async for frame in mic:
             self._rt.push_audio(frame)
-
-
-def _failed_outcome(call: FunctionCall, exc: Exception, session: AgentSession[Any]) -> ToolOutcome:
-    if isinstance(exc, ToolError):
-        return ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
-    logger.error("tool %s failed", call.name, exc_info=exc)
-    session._emit_error(exc, source="tool", recoverable=True)
-    return ToolOutcome(
-        _output(call, f"the tool {call.name} failed with an internal error", error=True),
-        reply_required=True,
-    )
 
 
 def _cut(text: str, fraction: float) -> str:

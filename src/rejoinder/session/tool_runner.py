@@ -108,25 +108,13 @@ class ToolRunner:
             session=self._session, speech_handle=speech, function_call=call, release=release
         )
         try:
-            if tool is None:
-                raise ToolError(f"unknown tool {call.name!r}")
-            value = await tool.invoke(context, call.arguments)
-            outcome = _outcome_of(call, value)
-        except ToolError as exc:
-            outcome = ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
+            outcome = await invoke_tool(self._session, call, tool, context)
         except asyncio.CancelledError:
             outcome = ToolOutcome(
                 _output(call, "the tool call was cancelled", error=True), reply_required=False
             )
             self._finish(run, outcome)
             raise
-        except Exception as exc:
-            logger.exception("tool %s failed", call.name)
-            self._session._emit_error(exc, source="tool", recoverable=True)
-            outcome = ToolOutcome(
-                _output(call, f"the tool {call.name} failed with an internal error", error=True),
-                reply_required=True,
-            )
         self._finish(run, outcome)
 
     def _finish(self, run: ToolCallRun, outcome: ToolOutcome) -> None:
@@ -140,6 +128,30 @@ class ToolRunner:
                 run.first.set_result(outcome)
             return
         self._on_final(run, outcome)
+
+
+async def invoke_tool(
+    session: AgentSession[Any],
+    call: FunctionCall,
+    tool: FunctionTool | None,
+    context: RunContext[Any],
+) -> ToolOutcome:
+    """Run one call and say what it produced: its value, or the error the model sees (an
+    unknown tool, bad arguments, ``ToolError``, or a crash, which is also reported as an
+    ``error`` event). Cancellation propagates."""
+    try:
+        if tool is None:
+            raise ToolError(f"unknown tool {call.name!r}")
+        return _outcome_of(call, await tool.invoke(context, call.arguments))
+    except ToolError as exc:
+        return ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
+    except Exception as exc:
+        logger.exception("tool %s failed", call.name)
+        session._emit_error(exc, source="tool", recoverable=True)
+        return ToolOutcome(
+            _output(call, f"the tool {call.name} failed with an internal error", error=True),
+            reply_required=True,
+        )
 
 
 def _output(call: FunctionCall, text: str, *, error: bool = False) -> FunctionCallOutput:
