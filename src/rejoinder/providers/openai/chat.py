@@ -19,6 +19,7 @@ from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolDefinition, Usage
 from ...models.chat import new_id
 from . import _convert
+from ._auth import api_key_from
 
 if TYPE_CHECKING:
     import aiohttp
@@ -85,8 +86,7 @@ class LLM(models.LLM):
                 ``aclose()``. By default the LLM creates its own on first use.
         """
         self._model = model
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._api_key = key or None
+        self._api_key = api_key_from(api_key)
         url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._base_url = url.rstrip("/")
         self._temperature = temperature

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +33,7 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
+from ._auth import require_api_key
 from ._gpt_live_io import InputAudio, Link, close_ws, open_session
 from ._gpt_live_protocol import (
     ANSWER_TYPED,
@@ -109,9 +109,7 @@ class GPTLive(RealtimeModel):
                 f"GPTLive supports delegation='responses' only, got {delegation!r}: client "
                 "delegation has no tool channel for the session to drive"
             )
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ValueError("GPTLive needs an API key: pass api_key= or set OPENAI_API_KEY")
+        key = require_api_key(api_key, "GPTLive")
         self._options = Options(
             model=model,
             api_key=key,

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from ...models.realtime import (
     ToolOutputFate,
 )
 from . import _realtime_wire as wire
+from ._auth import require_api_key
 from ._realtime_io import CLOSE_TIMEOUT, MicChunker, Socket, pump, read_until
 from ._realtime_protocol import RealtimeProtocol
 from ._realtime_wire import SAMPLE_RATE, JSONObject
@@ -123,11 +123,7 @@ class Realtime(RealtimeModel):
             max_reconnect_attempts: reconnects tried after the connection drops.
             reconnect_backoff: seconds before the first reconnect; doubles each try.
         """
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ValueError(
-                "openai.Realtime needs an API key: pass api_key=... or set OPENAI_API_KEY"
-            )
+        key = require_api_key(api_key, "openai.Realtime")
         if connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
         if max_reconnect_attempts < 0 or reconnect_backoff < 0:
