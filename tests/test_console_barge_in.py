@@ -278,3 +278,26 @@ async def test_an_uninterruptible_reply_finishes_and_the_line_waits_behind_it() 
     queued = lines.index("you> help")
     assert lines[queued + 1].endswith("] the reply cannot be interrupted: yours comes next")
     assert "interrupting" not in out
+
+
+# ---------------------------------------------------------------- piped input
+
+
+async def test_piped_input_keeps_the_turn_by_turn_pace() -> None:
+    """Without a terminal, every line is there at once; each is still sent only after the
+    previous reply is over, so nothing is interrupted."""
+    agent = Watched()
+    args = build_parser().parse_args(["console"])
+    out = io.StringIO()
+    assert await run_console(args, out, lines=typed("hello", "help"), agent=agent) == 0
+
+    assert "interrupting" not in out.getvalue()
+    said = messages(agent.history)
+    assert [(role, content) for role, content, _ in said][:3] == [
+        ("user", "hello"),
+        ("assistant", GREETING),
+        ("user", "help"),
+    ]
+    assert not any(interrupted for *_, interrupted in said)
+    # Each reply ended before the next line was sent: listening in between.
+    assert agent.states == ["listening", *["thinking", "speaking", "listening"] * 2]

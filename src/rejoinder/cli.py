@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="chat with the demo agent in the terminal, with live agent/user state",
         description=(
             "Chat with the demo agent (weather, a background timer, a failing flight "
-            "booking) and watch every agent and user state change as it happens. Without "
-            "--llm a built-in rule-based demo LLM answers (no model, no network)."
+            "booking) and watch every agent and user state change as it happens. Typing "
+            "while the agent talks interrupts it. Without --llm a built-in rule-based demo "
+            "LLM answers (no model, no network)."
         ),
     )
     console.add_argument(

@@ -727,6 +727,42 @@ async def test_malformed_frames_are_reported_and_skipped(
     assert recorder.of(ConnectionLost) == []
 
 
+DEEP = "[" * 10_000 + "]" * 10_000  # too deep for Python's recursive JSON parser
+
+
+async def test_deeply_nested_and_reshaped_frames_are_reported_and_skipped(
+    server: GPTLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect()
+    await server.send_raw(DEEP)
+    await server.send_raw('{"type": "session.output_audio.delta", "delta": ' + DEEP + "}")
+    # Reshaped fields that once raised TypeError (a list is not hashable): no crash.
+    await server.send({"type": "error", "error": {"code": ["x"], "type": {"a": 1}}})
+    await server.send({"type": "response.event", "event": {"type": ["response.done"]}})
+    await server.speech(0.1, 1.0)
+    await recorder.wait_for(AgentAudioEnded)
+    errors = [event.error for event in recorder.of(ProviderError)]
+    assert len(errors) == 3
+    assert ["nested too deeply" in str(e) for e in errors] == [True, True, False]
+    assert not any(e.fatal for e in errors)
+    assert all(len(str(e)) < 1000 for e in errors)
+    assert recorder.of(ConnectionLost) == []
+
+
+async def test_a_deeply_nested_frame_before_session_started_does_not_fail_start(
+    server: GPTLiveServer,
+) -> None:
+    server.answer_start = False
+    session = GPTLive(api_key="k", base_url=server.base_url).session()
+    starting = asyncio.create_task(session.start(RealtimeConfig(instructions="x")))
+    await server.wait_connected()
+    await server.send_raw(DEEP)
+    await server.session_started()
+    await starting
+    assert session.session_id == "session_1"
+    await session.aclose()
+
+
 # -- reconnecting (§4.8) ------------------------------------------------------------------------
 
 

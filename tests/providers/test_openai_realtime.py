@@ -685,6 +685,40 @@ async def test_malformed_and_unknown_server_events_do_not_stop_the_session(
     assert len(server.connections) == 1
 
 
+DEEP = "[" * 10_000 + "]" * 10_000  # too deep for Python's recursive JSON parser
+
+
+async def test_a_deeply_nested_message_is_malformed_and_the_session_goes_on(
+    server: OpenAIRealtimeServer, open_session: Open
+) -> None:
+    client = await open_session()
+    await server.send_raw('{"type": "response.created", "response": ' + DEEP + "}")
+    await server.send_raw(DEEP)
+    # Shallow enough to parse, but a list where the type should be: ignored.
+    await server.send_raw('{"type": ' + "[" * 500 + "]" * 500 + "}")
+    await server.response_created("resp_1")
+    events = await client.until(BackendResponseStarted)
+    assert kinds(events) == ["ProviderError", "ProviderError", "BackendResponseStarted"]
+    errors = [e.error for e in events if isinstance(e, ProviderError)]
+    assert all("nested too deeply" in str(e) and not e.fatal for e in errors)
+    assert all(len(str(e)) < 1000 for e in errors)
+    assert len(server.connections) == 1
+
+
+async def test_a_deeply_nested_message_during_set_up_does_not_fail_start() -> None:
+    async with OpenAIRealtimeServer(answer_session_update=False) as server:
+        session = make_model(server).session()
+        start = asyncio.create_task(session.start(RealtimeConfig("x")))
+        await server.wait_for("session.update")
+        await server.send_raw(DEEP)
+        await server.send({"type": "session.updated", "session": {"id": "sess_1"}})
+        await start
+        client = Client(session)
+        error = await client.next()
+        assert isinstance(error, ProviderError) and "nested too deeply" in str(error.error)
+        await session.aclose()
+
+
 async def test_a_fatal_error_ends_the_session(
     server: OpenAIRealtimeServer, open_session: Open
 ) -> None:

@@ -5,7 +5,6 @@ Everything here is pure (no I/O), so it is tested by feeding values.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from ...models import (
     ToolChoice,
     ToolDefinition,
 )
+from . import _json
 
 JSONObject = dict[str, Any]
 
@@ -143,8 +143,8 @@ def error_message_from_body(body: bytes) -> str:
     """
     text = body.decode("utf-8", errors="replace").strip()
     try:
-        data: object = json.loads(text)
-    except ValueError:
+        data: object = _json.loads(text)
+    except ValueError:  # not JSON, or nested too deeply to read
         return _shorten(text) if text else "(empty response body)"
     if isinstance(data, dict):
         for key in ("error", "detail", "message"):
@@ -156,7 +156,10 @@ def error_message_from_body(body: bytes) -> str:
             elif isinstance(value, str) and value:
                 return _shorten(value)
             elif value is not None:
-                return _shorten(json.dumps(value))
+                try:
+                    return _shorten(_json.dumps(value))
+                except ValueError:
+                    break  # too deep to show as JSON: the raw text below is shortened too
     return _shorten(text)
 
 

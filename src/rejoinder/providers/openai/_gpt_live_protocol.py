@@ -7,7 +7,6 @@ imports numpy/aiohttp, so it is cheap to import and usable without a socket.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...models import AgentHandoff, ChatContext, ChatMessage, FunctionCall, FunctionCallOutput
 from ...models.tools import ToolDefinition
+from . import _json
 
 logger = logging.getLogger("rejoinder.providers.openai.gpt_live")
 
@@ -100,7 +100,11 @@ class Options:
 
 def is_fatal(error: Mapping[str, Any]) -> bool:
     """§3.3: check ``code`` and ``type``: the service has changed one and kept the other."""
-    return error.get("code") in FATAL_ERRORS or error.get("type") in FATAL_ERRORS
+    # `in` a frozenset hashes the value: a reshaped (list, object) code must not raise.
+    return any(
+        isinstance(value, str) and value in FATAL_ERRORS
+        for value in (error.get("code"), error.get("type"))
+    )
 
 
 def describe_error(error: Mapping[str, Any]) -> str:
@@ -289,7 +293,9 @@ def _message(role: str, text: str) -> JSONObject:
 def parse_server_event(text: str) -> JSONObject:
     """One text frame → its event object. Raises ``ValueError`` for anything else."""
     try:
-        event: object = json.loads(text)
+        event: object = _json.loads(text)
+    except _json.NestedTooDeeply:
+        raise ValueError(f"malformed server frame (nested too deeply): {_excerpt(text)}") from None
     except ValueError:
         raise ValueError(f"malformed server frame (not JSON): {_excerpt(text)}") from None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from . import _json
 from ._gpt_live_protocol import (
     SAMPLE_RATE,
     JSONObject,
@@ -228,7 +228,7 @@ class BackendTracker:
     # -- server side --------------------------------------------------------------------
 
     def on_response_event(self, delegation_id: str | None, event: JSONObject) -> None:
-        kind = event.get("type")
+        kind = as_str(event.get("type"))  # a reshaped type must not reach `in _TERMINAL`
         response = as_dict(event.get("response"))
         if kind == "response.created":
             self._created(delegation_id, as_str(response.get("id")))
@@ -284,7 +284,12 @@ class BackendTracker:
         call_id, name = as_str(item.get("call_id")), as_str(item.get("name"))
         arguments = item.get("arguments")
         if isinstance(arguments, dict):
-            arguments = json.dumps(arguments)
+            try:
+                arguments = _json.dumps(arguments)
+            except ValueError:
+                message = f"GPT-Live: the arguments of call {call_id!r} nest too deeply"
+                self._emit(ProviderError(RealtimeError(message)))
+                return
         if item.get("status") != "completed" or not call_id or not name:
             logger.debug("GPT-Live: not dispatching call item %r", item.get("id"))
             return

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...models.realtime import ProviderError, RealtimeError, RealtimeEvent
+from . import _json
 from ._realtime_wire import SAMPLE_RATE, JSONObject, ServerError
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ async def read_until(
         if message.type != aiohttp.WSMsgType.TEXT:
             raise RealtimeError(f"the server closed the connection before {wanted}")
         try:
-            event: object = json.loads(message.data)
-        except ValueError:
+            event: object = _json.loads(message.data)
+        except ValueError:  # malformed (or nested too deeply): dispatch reports it
             event = None
         if isinstance(event, dict) and event.get("type") == wanted:
             return event

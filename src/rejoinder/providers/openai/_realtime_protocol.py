@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from . import _json
 from ._realtime_wire import (
     SAMPLE_RATE,
     JSONObject,
@@ -308,12 +308,16 @@ class RealtimeProtocol:
 
     def receive(self, text: str) -> list[RealtimeEvent]:
         try:
-            event: object = json.loads(text)
+            event: object = _json.loads(text)
+        except _json.NestedTooDeeply:
+            return [_error(f"a server message is nested too deeply: {_excerpt(text)}")]
         except ValueError:
             return [_error(f"a server message is not JSON: {_excerpt(text)}")]
         if not isinstance(event, dict):
             return [_error(f"a server message is not a JSON object: {_excerpt(text)}")]
-        handler = _HANDLERS.get(str(event.get("type")))
+        kind = event.get("type")
+        # Only a string names a handler (str() of an arbitrary value could even overflow).
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return []  # events this client has no use for (rate limits, item bookkeeping, ...)
         try:
