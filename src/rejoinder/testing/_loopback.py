@@ -1,6 +1,6 @@
 """The part every loopback provider server shares: an aiohttp server on 127.0.0.1 at a
-free port, started and stopped with ``async with``. ``aiohttp`` is imported on start, so
-importing a server module stays cheap."""
+free port (or a given one), started and stopped with ``async with``. ``aiohttp`` is
+imported on start, so importing a server module stays cheap."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ if TYPE_CHECKING:
 
 
 class LoopbackServer:
-    def __init__(self) -> None:
+    def __init__(self, *, port: int = 0) -> None:
+        """``port``: listen there instead of on a free port; a test that saw a client fail
+        to connect to a port starts the server on it to let a retry succeed."""
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self._requested_port = port
 
     @property
     def port(self) -> int:
@@ -40,7 +43,7 @@ class LoopbackServer:
         # handler_cancellation: a handler stops when its client goes away.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", self._requested_port)
         await site.start()
         self._runner = runner
         self._port = int(runner.addresses[0][1])

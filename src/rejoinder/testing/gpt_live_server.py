@@ -80,7 +80,9 @@ class GPTLiveServer(LoopbackServer):
     - ``answer_close``: answer ``session.close`` with ``session.closed`` and close.
     - ``start_error``: an ``error`` object sent instead of ``session.started``; the
       connection is then closed (a refused session).
-    - ``refuse_connections``: answer the upgrade with HTTP 503 (a service that is down).
+    - ``refuse_connections``: answer the upgrade with HTTP 503 (a service that is down);
+      ``refuse(status, times=..., retry_after=...)`` answers the next ``times`` upgrades
+      with ``status`` (and a ``Retry-After``), then accepts again. ``refused`` counts them.
     - ``refuse_partial_batch`` / ``refuse_discarded_outputs``: the faithful refusals.
     """
 
@@ -91,14 +93,18 @@ class GPTLiveServer(LoopbackServer):
         refuse_discarded_outputs: bool = True,
         answer_start: bool = True,
         answer_close: bool = True,
+        port: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(port=port)
         self.refuse_partial_batch = refuse_partial_batch
         self.refuse_discarded_outputs = refuse_discarded_outputs
         self.answer_start = answer_start
         self.answer_close = answer_close
         self.start_error: JSONObject | None = None
         self.refuse_connections = False
+        self.refused = 0
+        """Upgrades answered with an HTTP error (``refuse_connections`` or ``refuse``)."""
+        self._refusals: list[tuple[int, dict[str, str]]] = []
         self.received: list[JSONObject] = []
         """Every client event of every connection, in arrival order."""
         self.headers: list[dict[str, str]] = []
@@ -119,6 +125,14 @@ class GPTLiveServer(LoopbackServer):
         for connection in self._connections:
             if not connection.ws.closed:
                 self._abort(connection)
+
+    def refuse(
+        self, status: int = 503, *, times: int = 1, retry_after: float | None = None
+    ) -> None:
+        """Answer the next ``times`` upgrades with HTTP ``status``, with a ``Retry-After``
+        header (seconds) when given; later ones are accepted again."""
+        headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+        self._refusals.extend([(status, headers)] * times)
 
     # -- what the client sent -----------------------------------------------------------
 
@@ -318,7 +332,13 @@ class GPTLiveServer(LoopbackServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         from aiohttp import WSMsgType, web
 
+        if self._refusals:
+            self.refused += 1
+            status, headers = self._refusals.pop(0)
+            body = _error("refused by the test", code="refused")
+            return web.json_response(body, status=status, headers=headers)
         if self.refuse_connections:
+            self.refused += 1
             return web.json_response(_error("service unavailable", code="unavailable"), status=503)
         ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
         await ws.prepare(request)

@@ -10,7 +10,12 @@ scripted replies in order::
         assert server.requests[0]["messages"] == [...]
 
 A reply is a ``StreamReply`` (steps: chunk dicts, ``RawData``, ``Pause``,
-``CutConnection``) or an ``ErrorReply`` (an HTTP error with a JSON error body).
+``CutConnection``) or an ``ErrorReply`` (an HTTP error with a JSON error body, optionally
+with ``Retry-After``). Scripting a transient failure before a good reply is a list of
+replies: ``[ErrorReply(429, retry_after=2), StreamReply(...)]``, ``[ErrorReply(503),
+StreamReply(...)]``, or ``[StreamReply([CutConnection()]), StreamReply(...)]`` (the
+connection closed before the headers). For a refused connection, start the server on
+the port the client failed to reach (``port=``) once it has failed.
 ``aiohttp`` is imported when the server starts, not when this module is imported.
 
 Under ``looptime`` (virtual time) the server's ``Pause`` steps take no wall-clock time.
@@ -104,6 +109,8 @@ class ErrorReply:
     code: str | None = None
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    retry_after: float | None = None
+    """Sent as a ``Retry-After`` header, in seconds (as OpenAI does with a 429)."""
 
 
 Reply: TypeAlias = StreamReply | ErrorReply
@@ -207,9 +214,13 @@ class OpenAIChatServer(LoopbackServer):
     """
 
     def __init__(
-        self, replies: Iterable[Reply] | Script = (), *, api_key: str | None = None
+        self,
+        replies: Iterable[Reply] | Script = (),
+        *,
+        api_key: str | None = None,
+        port: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(port=port)
         self._script: Script | None = None
         self._queue: deque[Reply] = deque()
         if callable(replies):
@@ -370,6 +381,8 @@ def _error_response(reply: ErrorReply) -> web.Response:
     from aiohttp import web
 
     headers = dict(reply.headers)
+    if reply.retry_after is not None:
+        headers["Retry-After"] = f"{reply.retry_after:g}"
     if isinstance(reply.body, str):
         return web.Response(status=reply.status, text=reply.body, headers=headers)
     body = reply.body

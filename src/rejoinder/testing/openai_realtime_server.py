@@ -17,7 +17,8 @@ events to the current connection::
         assert server.received_types()[0] == "session.update"
 
 ``drop()`` cuts the TCP connection without a closing handshake (a network failure);
-``refuse(status)`` makes later connection attempts fail with that HTTP status, and
+``refuse(status)`` makes later connection attempts fail with that HTTP status (all of
+them, or the next ``times``, optionally with a ``Retry-After``), and
 ``api_key`` makes the server answer 401 to a wrong ``Authorization`` header. Waits are
 bounded; under ``looptime`` (virtual time) they cost no wall-clock time. ``aiohttp`` is
 imported when the server starts, not when this module is imported.
@@ -77,6 +78,7 @@ class OpenAIRealtimeServer(LoopbackServer):
         api_key: str | None = None,
         session_created: bool = True,
         answer_session_update: bool = True,
+        port: int = 0,
     ) -> None:
         """
         Args:
@@ -84,12 +86,15 @@ class OpenAIRealtimeServer(LoopbackServer):
                 is refused with HTTP 401, as OpenAI does.
             session_created: send ``session.created`` as soon as a client connects.
             answer_session_update: answer each ``session.update`` with ``session.updated``.
+            port: listen on this port (0: a free one).
         """
-        super().__init__()
+        super().__init__(port=port)
         self._api_key = api_key
         self._session_created = session_created
         self._answer_session_update = answer_session_update
         self._refuse_status: int | None = None
+        self._refuse_times: int | None = None
+        self._refuse_headers: dict[str, str] = {}
         self.refused = 0
         """Connection attempts answered with an HTTP error (bad key or ``refuse``)."""
         self.connections: list[RealtimeConnection] = []
@@ -143,9 +148,19 @@ class OpenAIRealtimeServer(LoopbackServer):
             ) from None
         return self.connections[count - 1]
 
-    def refuse(self, status: int | None = 503) -> None:
-        """Answer new connection attempts with this HTTP status (``None``: accept again)."""
+    def refuse(
+        self,
+        status: int | None = 503,
+        *,
+        times: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Answer new connection attempts with this HTTP status (``None``: accept again):
+        every attempt, or only the next ``times``. ``retry_after`` adds a ``Retry-After``
+        header (seconds)."""
         self._refuse_status = status
+        self._refuse_times = times
+        self._refuse_headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
 
     # -- scripting: raw -------------------------------------------------------------------
 
@@ -383,7 +398,13 @@ class OpenAIRealtimeServer(LoopbackServer):
             return _http_error(401, "Incorrect API key provided.", "invalid_api_key")
         if self._refuse_status is not None:
             self.refused += 1
-            return _http_error(self._refuse_status, "Refused by the test.", None)
+            response = _http_error(self._refuse_status, "Refused by the test.", None)
+            response.headers.update(self._refuse_headers)
+            if self._refuse_times is not None:
+                self._refuse_times -= 1
+                if self._refuse_times <= 0:
+                    self.refuse(None)
+            return response
 
         ws = web.WebSocketResponse()
         await ws.prepare(request)
