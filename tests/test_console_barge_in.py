@@ -35,14 +35,24 @@ class Watched(DemoAgent):
         self.allow_interruptions = None if interruptible else False
         self.watched: rj.AgentSession[Any] | None = None
         self.changes: list[rj.AgentStateChangedEvent] = []
+        self._first_line: tuple[int, str] | None = None
 
     async def on_enter(self) -> None:
         self.watched = self.session
         self.session.on("agent_state_changed", self.changes.append)
+        self.session.on("user_input_transcribed", self._user_typed)
+
+    def _user_typed(self, _: rj.UserInputTranscribedEvent) -> None:
+        if self._first_line is None:
+            self._first_line = (len(self.changes), str(self.session.agent_state))
 
     @property
     def states(self) -> list[str]:
-        return [self.changes[0].old_state, *(c.new_state for c in self.changes)]
+        """The agent's states from the user's first line on (how the session starts is
+        not what these tests are about)."""
+        assert self._first_line is not None
+        seen, state = self._first_line
+        return [state, *(c.new_state for c in self.changes[seen:])]
 
     @property
     def history(self) -> list[rj.ChatItem]:
