@@ -181,6 +181,28 @@ def test_websocket_url_from_the_base_url(base_url: str, url: str) -> None:
     assert GPTLive(api_key="k", base_url=base_url).url == url
 
 
+def test_base_url_defaults_to_openai_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1/")
+    assert GPTLive(api_key="k").url == "ws://127.0.0.1:8080/v1/live/sessions"
+    assert GPTLive(api_key="k", base_url="https://x.test/v1").url == "wss://x.test/v1/live/sessions"
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://res.openai.azure.com")
+    assert GPTLive(api_key="k").headers["api-key"] == "k"  # Azure is recognized from it too
+    monkeypatch.setenv("OPENAI_BASE_URL", "")  # empty: unset
+    assert GPTLive(api_key="k").url == "wss://api.openai.com/v1/live/sessions"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert GPTLive(api_key="k").url == "wss://api.openai.com/v1/live/sessions"
+
+
+async def test_a_session_connects_where_openai_base_url_points(
+    server: GPTLiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    session = GPTLive(api_key="k").session()
+    await session.start(RealtimeConfig(instructions="x"))
+    assert server.connections == 1
+    await session.aclose()
+
+
 def test_openai_sends_a_bearer_key_and_azure_an_api_key_header() -> None:
     openai_headers = GPTLive(api_key="sk-1").headers
     assert openai_headers["Authorization"] == "Bearer sk-1"

@@ -277,8 +277,32 @@ async def test_nothing_listening_is_a_non_fatal_start_error() -> None:
     assert not caught.value.fatal
 
 
+def test_base_url_defaults_to_openai_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8080/v1/")
+    assert Realtime(api_key="k").url == "ws://localhost:8080/v1/realtime?model=gpt-realtime"
+    explicit = Realtime(api_key="k", base_url="https://example.test/v1")
+    assert explicit.url == "wss://example.test/v1/realtime?model=gpt-realtime"
+    monkeypatch.setenv("OPENAI_BASE_URL", "")  # empty: unset
+    assert Realtime(api_key="k").url == "wss://api.openai.com/v1/realtime?model=gpt-realtime"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert Realtime(api_key="k").url == "wss://api.openai.com/v1/realtime?model=gpt-realtime"
+
+
+async def test_a_session_connects_where_openai_base_url_points(
+    server: OpenAIRealtimeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    session = Realtime(api_key="sk-test").session()
+    await session.start(RealtimeConfig("x"))
+    try:
+        assert len(server.connections) == 1
+    finally:
+        await session.aclose()
+
+
 def test_a_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         Realtime()
     assert Realtime(api_key="k").url == "wss://api.openai.com/v1/realtime?model=gpt-realtime"

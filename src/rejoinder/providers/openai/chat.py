@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolDefinition, Usage
 from ...models.chat import new_id
 from . import _convert
-from ._auth import api_key_from
+from ._auth import DEFAULT_BASE_URL, api_key_from, base_url_from
 
 if TYPE_CHECKING:
     import aiohttp
@@ -28,7 +27,6 @@ __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "Timeout"]
 
 logger = logging.getLogger("rejoinder.providers.openai")
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _USER_AGENT = "rejoinder/0.1"
 _MAX_LINE_BYTES = 16 * 1024 * 1024
 _MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -87,8 +85,7 @@ class LLM(models.LLM):
         """
         self._model = model
         self._api_key = api_key_from(api_key)
-        url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        self._base_url = url.rstrip("/")
+        self._base_url = base_url_from(base_url).rstrip("/")
         self._temperature = temperature
         if timeout is None:
             self._timeout = Timeout()

@@ -33,7 +33,8 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
-from ._auth import require_api_key
+from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
+from ._auth import base_url_from, require_api_key
 from ._gpt_live_io import InputAudio, Link, close_ws, open_session
 from ._gpt_live_protocol import (
     ANSWER_TYPED,
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GPTLive", "GPTLiveSession"]
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
 _Phase = Literal["new", "connecting", "live", "reconnecting", "closed"]
 
 
@@ -72,6 +71,7 @@ class GPTLive(RealtimeModel):
     ``service_tier`` and ``max_output_tokens`` configure the backend model that runs the
     tools (``delegation.responses``); ``None`` leaves a setting to the service. On Azure,
     ``base_url`` is the resource endpoint and ``backend_model`` is required in practice.
+    ``base_url`` defaults to ``$OPENAI_BASE_URL``, then ``https://api.openai.com/v1``.
     """
 
     duplex = True
@@ -83,7 +83,7 @@ class GPTLive(RealtimeModel):
         model: str = "gpt-live-1",
         delegation: str = "responses",
         api_key: str | None = None,
-        base_url: str = DEFAULT_BASE_URL,
+        base_url: str | None = None,
         voice: str | Mapping[str, str] = "marin",
         backend_model: str | None = None,
         backend_instructions: str | None = None,
@@ -113,7 +113,7 @@ class GPTLive(RealtimeModel):
         self._options = Options(
             model=model,
             api_key=key,
-            endpoint=live_endpoint(base_url),
+            endpoint=live_endpoint(base_url_from(base_url)),
             voice=voice,
             backend=BackendSettings(
                 model=backend_model,

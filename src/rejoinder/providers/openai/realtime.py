@@ -60,7 +60,8 @@ from ...models.realtime import (
     ToolOutputFate,
 )
 from . import _realtime_wire as wire
-from ._auth import require_api_key
+from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
+from ._auth import base_url_from, require_api_key
 from ._realtime_io import CLOSE_TIMEOUT, MicChunker, Socket, pump, read_until
 from ._realtime_protocol import RealtimeProtocol
 from ._realtime_wire import SAMPLE_RATE, JSONObject
@@ -74,7 +75,6 @@ __all__ = ["DEFAULT_TURN_DETECTION", "OpenAIRealtimeSession", "Realtime"]
 
 logger = logging.getLogger("rejoinder.providers.openai.realtime")
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TURN_DETECTION: Mapping[str, Any] = MappingProxyType(
     {
         "type": "server_vad",
@@ -101,7 +101,7 @@ class Realtime(RealtimeModel):
         *,
         model: str = "gpt-realtime",
         api_key: str | None = None,
-        base_url: str = DEFAULT_BASE_URL,
+        base_url: str | None = None,
         voice: str = "marin",
         turn_detection: Mapping[str, Any] | None = DEFAULT_TURN_DETECTION,
         input_transcription_model: str | None = "gpt-4o-mini-transcribe",
@@ -113,7 +113,8 @@ class Realtime(RealtimeModel):
         Args:
             model: the Realtime model, sent as the ``model`` query parameter.
             api_key: sent as ``Authorization: Bearer``; defaults to ``$OPENAI_API_KEY``.
-            base_url: the API root; ``https``/``http`` become ``wss``/``ws``.
+            base_url: the API root; ``https``/``http`` become ``wss``/``ws``. Defaults to
+                ``$OPENAI_BASE_URL``, then ``https://api.openai.com/v1``.
             voice: the output voice (fixed once the model has spoken).
             turn_detection: the ``audio.input.turn_detection`` object; ``None`` turns
                 server VAD off (buffered audio is committed on ``generate_reply``).
@@ -130,7 +131,7 @@ class Realtime(RealtimeModel):
             raise ValueError("max_reconnect_attempts and reconnect_backoff must be >= 0")
         self._model = model
         self._settings = _Settings(
-            url=realtime_url(base_url, model),
+            url=realtime_url(base_url_from(base_url), model),
             headers={"Authorization": f"Bearer {key}", "User-Agent": _USER_AGENT},
             audio=wire.AudioSettings(
                 voice=voice,
