@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 import socket
 import subprocess
 import sys
+import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import aiohttp
@@ -26,6 +29,8 @@ from rejoinder.models import (
     Usage,
 )
 from rejoinder.providers import openai
+from rejoinder.providers.openai import _convert, _json
+from rejoinder.providers.openai._stream import _stream_error
 from rejoinder.providers.openai.chat import SSEDecoder, StreamAssembler
 from rejoinder.testing.openai_chat_server import (
     CutConnection,
@@ -737,3 +742,75 @@ def test_choice_with_null_index_is_the_first_choice() -> None:
     assert out == ChatChunk(delta="x")
     second = {"choices": [{"index": 1, "delta": {"content": "ignored"}}]}
     assert assembler.feed(json.dumps(second)) is None
+
+
+# -- malformed beyond parsing: depth --------------------------------------------------------
+
+DEEP = "[" * 10_000 + "]" * 10_000  # too deep for Python's recursive JSON parser
+
+
+async def test_a_deeply_nested_chunk_is_a_malformed_chunk_not_a_recursion_error(
+    server: OpenAIChatServer, llm: openai.LLM
+) -> None:
+    deep_chunk = '{"choices": [{"index": 0, "delta": {"content": ' + DEEP + "}}]}"
+    server.add(
+        StreamReply([chunk(content="ok"), RawData(f"data: {deep_chunk}\n\n"), *text_chunks("x")])
+    )
+    received, error = await fail(llm.chat(user_says()))
+    assert text_of(received) == "ok"
+    assert "malformed chunk" in str(error) and "nested too deeply" in str(error)
+    assert not error.retryable
+    assert len(str(error)) < 1000  # the excerpt is short
+
+
+async def test_a_deeply_nested_error_body_still_reports_the_status(
+    server: OpenAIChatServer, llm: openai.LLM
+) -> None:
+    server.add(ErrorReply(400, body=DEEP))  # sent as text; not readable as JSON
+    _, error = await fail(llm.chat(user_says()))
+    assert error.status == 400 and "HTTP 400" in str(error)
+    assert len(str(error)) < 1000
+
+
+def test_values_too_deep_to_serialize_again_are_malformed() -> None:
+    # Parsed at a shallow stack, re-serialized deeper: json.dumps may overflow where
+    # json.loads did not. Built directly here, as deep as it takes.
+    deep: object = []
+    for _ in range(100_000):
+        deep = [deep]
+    error = _stream_error(deep)
+    assert isinstance(error, LLMError) and "nested too deeply" in str(error)
+    body = b'{"error": ' + DEEP.encode() + b"}"
+    assert _convert.error_message_from_body(body).startswith('{"error": [[[')
+    with pytest.raises(ValueError, match="too deeply"):
+        _json.dumps(deep)
+    with pytest.raises(ValueError, match="too deeply"):
+        _json.loads(DEEP)
+
+
+# -- closing --------------------------------------------------------------------------------
+
+
+async def test_aclose_closes_the_http_session_and_nothing_is_reported_unclosed(
+    server: OpenAIChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm = openai.LLM(model="m", base_url=server.base_url, api_key="k")
+    server.add(StreamReply(text_chunks("ok")), StreamReply(text_chunks("again")))
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG):
+        warnings.simplefilter("always")
+        assert text_of(await collect(llm.chat(user_says()))) == "ok"
+        first = llm._session
+        assert first is not None and not first.closed
+        await llm.aclose()
+        assert first.closed
+        # A later chat opens a new session, closed again by the next aclose.
+        assert text_of(await collect(llm.chat(user_says()))) == "again"
+        second = llm._session
+        assert second is not None and second is not first
+        await llm.aclose()
+        assert second.closed
+        del first, second
+        gc.collect()
+        await asyncio.sleep(0)
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert [r for r in caplog.records if "nclosed" in r.getMessage()] == []
