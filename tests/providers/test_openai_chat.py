@@ -28,6 +28,7 @@ from rejoinder.models import (
     ToolDefinition,
     Usage,
 )
+from rejoinder.models.fallback import FallbackLLM
 from rejoinder.providers import openai
 from rejoinder.providers.openai import _convert, _json
 from rejoinder.providers.openai._stream import _stream_error
@@ -77,6 +78,14 @@ async def server() -> AsyncIterator[OpenAIChatServer]:
 @pytest.fixture
 async def llm(server: OpenAIChatServer) -> AsyncIterator[openai.LLM]:
     model = openai.LLM(model="test-model", base_url=server.base_url, api_key="sk-test")
+    yield model
+    await model.aclose()
+
+
+@pytest.fixture
+async def llm_once(server: OpenAIChatServer) -> AsyncIterator[openai.LLM]:
+    """An LLM that does not retry: for tests of how one failed request is reported."""
+    model = openai.LLM(model="m", base_url=server.base_url, api_key="sk-test", max_retries=0)
     yield model
     await model.aclose()
 
@@ -350,12 +359,12 @@ async def test_http_401_is_not_retryable_and_carries_the_server_message() -> Non
 
 @pytest.mark.parametrize("status", [429, 500, 503])
 async def test_http_429_and_5xx_are_retryable(
-    server: OpenAIChatServer, llm: openai.LLM, status: int
+    server: OpenAIChatServer, llm_once: openai.LLM, status: int
 ) -> None:
     server.add(
         ErrorReply(status, "The server had an error processing your request.", "server_error")
     )
-    received, error = await fail(llm.chat(user_says()))
+    received, error = await fail(llm_once.chat(user_says()))
     assert received == []
     assert error.status == status
     assert error.retryable is True
@@ -407,10 +416,10 @@ async def test_connection_cut_mid_stream(server: OpenAIChatServer, llm: openai.L
 
 
 async def test_connection_cut_before_the_response(
-    server: OpenAIChatServer, llm: openai.LLM
+    server: OpenAIChatServer, llm_once: openai.LLM
 ) -> None:
     server.add(StreamReply([CutConnection()]))
-    _, error = await fail(llm.chat(user_says()))
+    _, error = await fail(llm_once.chat(user_says()))
     assert "closed the connection before responding" in str(error)
     assert error.retryable is True
 
@@ -419,7 +428,7 @@ async def test_connection_refused() -> None:
     with socket.socket() as sock:  # find a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    llm = openai.LLM(model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
+    llm = openai.LLM(model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
     try:
         _, error = await fail(llm.chat(user_says()))
     finally:
@@ -763,6 +772,15 @@ async def test_a_deeply_nested_chunk_is_a_malformed_chunk_not_a_recursion_error(
     assert len(str(error)) < 1000  # the excerpt is short
 
 
+async def test_a_deeply_nested_first_chunk_fails_without_retrying(
+    server: OpenAIChatServer, llm: openai.LLM
+) -> None:
+    server.add(StreamReply([RawData(f"data: {DEEP}\n\n")]), StreamReply(text_chunks("never")))
+    received, error = await fail(llm.chat(user_says()))
+    assert received == [] and "nested too deeply" in str(error)
+    assert len(server.requests) == 1 and llm.retries == 0
+
+
 async def test_a_deeply_nested_error_body_still_reports_the_status(
     server: OpenAIChatServer, llm: openai.LLM
 ) -> None:
@@ -814,3 +832,15 @@ async def test_aclose_closes_the_http_session_and_nothing_is_reported_unclosed(
         await asyncio.sleep(0)
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
     assert [r for r in caplog.records if "nclosed" in r.getMessage()] == []
+
+
+async def test_fallback_llm_aclose_closes_every_openai_llm(server: OpenAIChatServer) -> None:
+    first = openai.LLM(model="a", base_url=server.base_url, api_key="k", max_retries=0)
+    second = openai.LLM(model="b", base_url=server.base_url, api_key="k")
+    fallback = FallbackLLM([first, second], probe=False)
+    server.add(ErrorReply(500), StreamReply(text_chunks("from b")))
+    assert text_of(await collect(fallback.chat(user_says()))) == "from b"
+    sessions = [first._session, second._session]
+    assert all(s is not None and not s.closed for s in sessions)
+    await fallback.aclose()
+    assert all(s is not None and s.closed for s in sessions)

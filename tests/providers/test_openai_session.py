@@ -40,9 +40,11 @@ async def server() -> AsyncIterator[OpenAIChatServer]:
 
 
 async def start(
-    server: OpenAIChatServer,
+    server: OpenAIChatServer, max_retries: int = 3
 ) -> tuple[rj.AgentSession[None], StateTimeline, list[rj.ErrorEvent]]:
-    llm = openai.LLM(model="test-model", base_url=server.base_url, api_key="test")
+    llm = openai.LLM(
+        model="test-model", base_url=server.base_url, api_key="test", max_retries=max_retries
+    )
     session: rj.AgentSession[None] = rj.AgentSession(llm=llm, user_away_timeout=None)
     session.output.transcription = rj.MemoryTextOutput()
     timeline = StateTimeline(session)
@@ -106,7 +108,8 @@ async def test_provider_failures_end_the_turn(
     server: OpenAIChatServer, reply: StreamReply | ErrorReply, message: str
 ) -> None:
     server.add(reply, StreamReply(text_chunks("Recovered.")))
-    session, timeline, errors = await start(server)
+    # No retries: the failure must reach the session (a retry would serve "Recovered.").
+    session, timeline, errors = await start(server, max_retries=0)
 
     await session.run(user_input="hello")
     assert [e.source for e in errors] == ["llm"]

@@ -3,12 +3,19 @@
 Works with OpenAI itself and with local servers that speak the same protocol (Ollama,
 vLLM, llama.cpp, LM Studio, ...). ``aiohttp`` is imported on first use only, so importing
 this module is cheap.
+
+A request that fails before anything of the reply was yielded (the server could not be
+reached or cut the connection, HTTP 429 or 5xx) is tried again, as ``max_retries`` and
+the backoff parameters allow; see ``_retry``. Once a chunk was yielded nothing is retried:
+the caller may already have spoken it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +23,7 @@ from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, ToolDefinition
 from . import _convert
 from ._auth import DEFAULT_BASE_URL, api_key_from, base_url_from
+from ._retry import RetryPolicy, log_retry, retry_after, transient_status
 from ._stream import SSEDecoder, StreamAssembler
 
 if TYPE_CHECKING:
@@ -25,14 +33,15 @@ __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "StreamAssembler", "Timeout"
 
 _USER_AGENT = "rejoinder/0.1"
 _MAX_ERROR_BODY_BYTES = 64 * 1024
-_RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 
 @dataclass(frozen=True, slots=True)
 class Timeout:
     """How long to wait, in seconds, before a request fails with a retryable ``LLMError``.
 
-    ``None`` disables a limit.
+    ``None`` disables a limit. Each try of a request has its own limits, and a try that
+    timed out is not retried by the LLM (the ``retryable`` error tells a caller such as
+    ``FallbackLLM`` that another try may work).
     """
 
     connect: float | None = 10.0
@@ -41,7 +50,18 @@ class Timeout:
     """Longest silence from the server: until the response headers, and between stream reads.
     Keep-alive comments count as data, so a server that sends them never trips this."""
     total: float | None = None
-    """The whole request, stream included."""
+    """The whole request (one try of it), stream included."""
+
+
+@dataclass(slots=True)
+class _Try:
+    """What one try of a request learned, for deciding whether to retry it."""
+
+    delivered: bool = False
+    """A chunk was yielded to the caller: never retry."""
+    timed_out: bool = False
+    server_wait: float | None = None
+    """The ``Retry-After`` of an error response."""
 
 
 class LLM(models.LLM):
@@ -62,6 +82,9 @@ class LLM(models.LLM):
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         http_session: aiohttp.ClientSession | None = None,
+        max_retries: int = 3,
+        retry_backoff: float = 0.5,
+        retry_backoff_cap: float = 8.0,
     ) -> None:
         """
         Args:
@@ -77,7 +100,23 @@ class LLM(models.LLM):
             extra_body: added to every request body (vendor options such as ``seed``).
             http_session: an ``aiohttp.ClientSession`` to use; it is not closed by
                 ``aclose()``. By default the LLM creates its own on first use.
+            max_retries: how many times a request is tried again after a transient
+                failure (cannot connect, connection cut, HTTP 429 or 5xx) that came before
+                any chunk was yielded; 0 disables retrying. Counted in ``retries``.
+            retry_backoff: seconds before the first retry, doubling with each retry,
+                with jitter (each wait is between half and all of that). A
+                ``Retry-After`` (or ``retry-after-ms``) header is honoured instead, up to
+                30 s; a server asking for longer gets no retry.
+            retry_backoff_cap: the longest backoff wait, in seconds.
+
+        Raises:
+            ValueError: a negative or non-integer ``max_retries``, a negative or
+                non-finite backoff, or a cap below ``retry_backoff``.
         """
+        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        self.retries = 0
+        """How many times this LLM retried a request so far (each retry is also logged as
+        a warning on the ``rejoinder.providers.openai`` logger)."""
         self._model = model
         self._api_key = api_key_from(api_key)
         self._base_url = base_url_from(base_url).rstrip("/")
@@ -179,18 +218,50 @@ class LLM(models.LLM):
         )
         try:
             payload = json.dumps(body).encode()
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise LLMError(f"the request body is not JSON-serializable: {exc}") from exc
+        retries = 0
+        while True:
+            attempt = _Try()
+            try:
+                # aclosing: a consumer that stops early must close the try's response now.
+                async with contextlib.aclosing(self._try(url, payload, timeout, attempt)) as tried:
+                    async for chunk in tried:
+                        attempt.delivered = True
+                        yield chunk
+                return
+            except LLMError as error:
+                if attempt.delivered or attempt.timed_out or not error.retryable:
+                    raise
+                wait = self._retry.next_wait(retries, attempt.server_wait)
+                if isinstance(wait, str):
+                    if not wait:
+                        raise
+                    raise LLMError(
+                        f"{error} ({wait})", retryable=error.retryable, status=error.status
+                    ) from error
+                retries += 1
+                self.retries += 1
+                log_retry("openai.LLM", str(error), retries, self._retry, wait)
+                await asyncio.sleep(wait)
+
+    async def _try(
+        self, url: str, payload: bytes, limits: aiohttp.ClientTimeout, attempt: _Try
+    ) -> AsyncGenerator[ChatChunk, None]:
+        """One try of a request: POST it and stream the reply, noting in ``attempt`` what
+        the retry decision needs."""
         try:
             response = await self._get_session().post(
-                url, data=payload, headers=self._headers(), timeout=timeout
+                url, data=payload, headers=self._headers(), timeout=limits
             )
         except Exception as exc:
+            attempt.timed_out = isinstance(exc, TimeoutError)
             raise self._request_error(exc, url) from exc
 
         finished = False
         try:
             if response.status >= 300:
+                attempt.server_wait = retry_after(response.headers)
                 raise await self._status_error(response, url)
             if response.content_type in ("application/json", "text/html"):
                 message = _convert.error_message_from_body(await self._read_some(response))
@@ -205,6 +276,7 @@ class LLM(models.LLM):
                 try:
                     data = await response.content.readany()
                 except Exception as exc:
+                    attempt.timed_out = isinstance(exc, TimeoutError)
                     raise self._read_error(exc, url) from exc
                 try:
                     events = decoder.feed(data) if data else decoder.flush()
@@ -247,9 +319,10 @@ class LLM(models.LLM):
         status = response.status
         message = _convert.error_message_from_body(await self._read_some(response))
         reason = f" {response.reason}" if response.reason else ""
-        retryable = status in _RETRYABLE_STATUSES or status >= 500
         return LLMError(
-            f"{url} returned HTTP {status}{reason}: {message}", retryable=retryable, status=status
+            f"{url} returned HTTP {status}{reason}: {message}",
+            retryable=transient_status(status),
+            status=status,
         )
 
     def _request_error(self, exc: Exception, url: str) -> LLMError:
