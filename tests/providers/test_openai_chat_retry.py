@@ -309,6 +309,10 @@ async def test_a_consumer_stopping_early_does_not_retry(
 def test_bad_retry_settings_are_a_clear_error(options: dict[str, Any], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         openai.LLM(model="m", api_key="k", **options)
+    with pytest.raises(ValueError, match=named):
+        openai.Realtime(api_key="k", **options)
+    with pytest.raises(ValueError, match=named):
+        openai.GPTLive(api_key="k", **options)
 
 
 def test_backoff_is_bounded_jittered_and_never_overflows() -> None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...models import AgentHandoff, ChatContext, ChatMessage, FunctionCall, FunctionCallOutput
 from ...models.tools import ToolDefinition
 from . import _json
+from ._retry import RetryPolicy
 
 logger = logging.getLogger("rejoinder.providers.openai.gpt_live")
 
@@ -93,6 +94,8 @@ class Options:
     burst_threshold: float
     burst_end_silence: float
     burst_pause_after: float
+    retry: RetryPolicy
+    """Retries of the first connection (``start``); reconnects use the two fields above."""
 
 
 # -- errors -------------------------------------------------------------------------------

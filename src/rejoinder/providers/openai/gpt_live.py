@@ -53,6 +53,7 @@ from ._gpt_live_protocol import (
     tools_update,
 )
 from ._gpt_live_state import ConnectionState
+from ._retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     import aiohttp
@@ -72,6 +73,13 @@ class GPTLive(RealtimeModel):
     tools (``delegation.responses``); ``None`` leaves a setting to the service. On Azure,
     ``base_url`` is the resource endpoint and ``backend_model`` is required in practice.
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then ``https://api.openai.com/v1``.
+
+    ``start`` tries the first connection again after a transient failure (cannot connect,
+    connection cut, HTTP 429 or 5xx to the upgrade) up to ``max_retries`` times (0: never),
+    waiting ``retry_backoff`` seconds, doubling each time up to ``retry_backoff_cap``, with
+    jitter; a ``Retry-After`` of up to 30 s is honoured instead. 401/403/404, a timeout, or
+    a refused session fail at once. The session counts them in ``connect_retries``. A lost
+    connection is reconnected by ``max_reconnect_attempts`` and ``reconnect_backoff``.
     """
 
     duplex = True
@@ -101,6 +109,9 @@ class GPTLive(RealtimeModel):
         burst_threshold: float = 0.0006,
         burst_end_silence: float = 0.8,
         burst_pause_after: float = 0.2,
+        max_retries: int = 3,
+        retry_backoff: float = 0.5,
+        retry_backoff_cap: float = 8.0,
     ) -> None:
         if not 0 < burst_pause_after <= burst_end_silence:
             raise ValueError("burst_pause_after must be > 0 and at most burst_end_silence")
@@ -109,6 +120,7 @@ class GPTLive(RealtimeModel):
                 f"GPTLive supports delegation='responses' only, got {delegation!r}: client "
                 "delegation has no tool channel for the session to drive"
             )
+        retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
         key = require_api_key(api_key, "GPTLive")
         self._options = Options(
             model=model,
@@ -133,6 +145,7 @@ class GPTLive(RealtimeModel):
             burst_threshold=burst_threshold,
             burst_end_silence=burst_end_silence,
             burst_pause_after=burst_pause_after,
+            retry=retry,
         )
 
     @property
@@ -200,6 +213,11 @@ class GPTLiveSession(RealtimeSession):
         self._usage_before = 0.0
         self.dropped_audio_chunks = 0
         """Input chunks dropped while reconnecting (that audio never reached the service)."""
+        self.connect_retries = 0
+        """How many times ``start`` retried the first connection (each retry is also
+        logged as a warning on the ``rejoinder.providers.openai`` logger)."""
+        self._close_signal = asyncio.Event()
+        """Set by ``aclose``: ends a wait between retries of the first connection."""
 
     @property
     def duplex(self) -> bool:
@@ -226,7 +244,7 @@ class GPTLiveSession(RealtimeSession):
         self._tools = tuple(config.tools)
         self._phase = "connecting"
         try:
-            ws, session_id = await self._open()
+            ws, session_id = await self._open_first()
         except BaseException:
             self._phase = "closed"
             await self._release()
@@ -335,6 +353,24 @@ class GPTLiveSession(RealtimeSession):
             self._events.put_nowait(None)
 
     # -- connecting ---------------------------------------------------------------------
+
+    async def _open_first(self) -> tuple[aiohttp.ClientWebSocketResponse, str | None]:
+        """``_open``, tried again after a transient failure (``_retry``). Only the first
+        connection: a reconnect has its own attempts and backoff."""
+
+        def counted() -> None:
+            self.connect_retries += 1
+
+        async def wait(seconds: float) -> None:
+            # aclose() may come during the wait: it must not open a connection after it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._close_signal.wait(), seconds)
+            if self._close_requested:
+                raise RealtimeError("GPT-Live: the session was closed while connecting")
+
+        return await with_retries(
+            self._open, self._o.retry, what="GPT-Live", on_retry=counted, sleep=wait
+        )
 
     async def _open(self) -> tuple[aiohttp.ClientWebSocketResponse, str | None]:
         import aiohttp
@@ -472,6 +508,7 @@ class GPTLiveSession(RealtimeSession):
 
     async def _shutdown(self) -> None:
         self._close_requested = True
+        self._close_signal.set()
         task = self._run_task
         if task is not None and not task.done():
             if self._phase == "live":

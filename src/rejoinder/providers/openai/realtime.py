@@ -65,6 +65,7 @@ from ._auth import base_url_from, require_api_key
 from ._realtime_io import CLOSE_TIMEOUT, MicChunker, Socket, pump, read_until
 from ._realtime_protocol import RealtimeProtocol
 from ._realtime_wire import SAMPLE_RATE, JSONObject
+from ._retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame
@@ -108,6 +109,9 @@ class Realtime(RealtimeModel):
         connect_timeout: float = 10.0,
         max_reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.5,
+        max_retries: int = 3,
+        retry_backoff: float = 0.5,
+        retry_backoff_cap: float = 8.0,
     ) -> None:
         """
         Args:
@@ -123,12 +127,21 @@ class Realtime(RealtimeModel):
             connect_timeout: seconds for connecting and configuring, each (re)connect.
             max_reconnect_attempts: reconnects tried after the connection drops.
             reconnect_backoff: seconds before the first reconnect; doubles each try.
+            max_retries: how many times ``start`` tries the first connection again after
+                a transient failure (cannot connect, connection cut, HTTP 429 or 5xx to
+                the upgrade); 0 disables it. A refusal such as 401, 403 or 404, a timeout,
+                or a session the server refuses fails at once. Counted in the session's
+                ``connect_retries``.
+            retry_backoff: seconds before the first such retry, doubling each time, with
+                jitter; a ``Retry-After`` of up to 30 s is honoured instead.
+            retry_backoff_cap: the longest wait between two such tries, in seconds.
         """
         key = require_api_key(api_key, "openai.Realtime")
         if connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
         if max_reconnect_attempts < 0 or reconnect_backoff < 0:
             raise ValueError("max_reconnect_attempts and reconnect_backoff must be >= 0")
+        retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
         self._model = model
         self._settings = _Settings(
             url=realtime_url(base_url_from(base_url), model),
@@ -141,6 +154,7 @@ class Realtime(RealtimeModel):
             connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts,
             reconnect_backoff=reconnect_backoff,
+            retry=retry,
         )
 
     @property
@@ -179,6 +193,7 @@ class _Settings:
     connect_timeout: float
     max_reconnect_attempts: int
     reconnect_backoff: float
+    retry: RetryPolicy
 
 
 _State = Literal["new", "connecting", "live", "reconnecting", "closed"]
@@ -209,6 +224,9 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._uncommitted_audio = False
         self._connecting: asyncio.Task[str | None] | None = None
         self._runner: asyncio.Task[None] | None = None
+        self.connect_retries = 0
+        """How many times ``start`` retried the first connection (each retry is also
+        logged as a warning on the ``rejoinder.providers.openai`` logger)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -219,7 +237,7 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._instructions = config.instructions
         self._tools = tuple(config.tools)
         self._state = "connecting"
-        self._connecting = asyncio.create_task(self._open(), name="openai-realtime-connect")
+        self._connecting = asyncio.create_task(self._open_first(), name="openai-realtime-connect")
         try:
             session_id = await self._connecting
         except asyncio.CancelledError:
@@ -347,6 +365,17 @@ class OpenAIRealtimeSession(RealtimeSession):
             self._events.put_nowait(None)
 
     # -- connecting -------------------------------------------------------------------------
+
+    async def _open_first(self) -> str | None:
+        """``_open``, tried again after a transient failure (``_retry``). Only the first
+        connection: a reconnect has its own attempts and backoff."""
+
+        def counted() -> None:
+            self.connect_retries += 1
+
+        return await with_retries(
+            self._open, self._s.retry, what="openai.Realtime", on_retry=counted
+        )
 
     async def _open(self) -> str | None:
         """Connect, configure and seed the history; return the server's session id."""
