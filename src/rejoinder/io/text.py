@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import sys
-from abc import ABC, abstractmethod
 from typing import TextIO
 
+from ..models.text import TextOutput
 
-class TextOutput(ABC):
-    """Receives an agent reply as a stream of text deltas, one segment per reply."""
-
-    @abstractmethod
-    async def capture_text(self, text: str) -> None:
-        """Deliver one delta. Returning means the user can now see it."""
-
-    @abstractmethod
-    def flush(self) -> None:
-        """The current segment (one reply) is complete."""
+__all__ = ["ConsoleTextOutput", "MemoryTextOutput", "TextOutput"]
 
 
 class MemoryTextOutput(TextOutput):

@@ -3,6 +3,8 @@
 
 Obligations are opened where the debt arises and handed over where one piece of work gives
 way to the next, so the floor always holds the truth; this module never decides a state.
+Which agent is current is decided by the agent stack (``agent_stack``); an activity only
+does what it is told: enter, pause (a task is current), resume, wind down (it leaves).
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import functools
 import heapq
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..floor import SESSION_OWNER, Obligation, ObligationKind
+from ..floor import Obligation, ObligationKind
 from ..models import (
     LLM,
     ChatChunk,
@@ -31,15 +33,16 @@ from ..models import (
 from ..models.chat import new_id
 from ..models.tts import TTSError
 from .agent import Agent
-from .delivery import Delivery, TextDelivery
+from .context import SessionContext
+from .delivery import Delivery, OutputError, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
-from .preemptive import Preemptive
+from .preemptive import Preemptive, Speculation, speculation_key
 from .speech import ReplyRequest, SpeechHandle
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
 from .tools import FunctionTool
 
-if TYPE_CHECKING:
-    from .session import AgentSession
+HandOff = Callable[[Agent, Sequence[Obligation]], Awaitable[None]]
+"""The agent stack's ``hand_off``: switch to an agent, closing ``carried`` in the same step."""
 
 logger = logging.getLogger("rejoinder")
 
@@ -50,12 +53,19 @@ _ids = itertools.count(1)
 
 class AgentActivity:
     def __init__(
-        self, agent: Agent, session: AgentSession[Any], *, inherited: Obligation | None = None
+        self,
+        agent: Agent,
+        ctx: SessionContext,
+        *,
+        hand_off: Callable[[Agent, Sequence[Obligation]], asyncio.Future[None]],
+        on_enter_failed: Callable[[Exception], None] | None = None,
     ) -> None:
         self.agent = agent
         self.id = f"activity_{next(_ids)}_{agent.id}"
-        self._session = session
-        self._state = session._turn_state
+        self._ctx = ctx
+        self._state = ctx.state
+        self._hand_off = hand_off
+        self._on_enter_failed = on_enter_failed
         self._queue: list[tuple[int, int, SpeechHandle]] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -68,19 +78,16 @@ class AgentActivity:
         """Speeches whose task runs: delivering output, or waiting on their tools."""
         self._tg: asyncio.TaskGroup | None = None
         self._closed = False
-        self._inherited = inherited
-        """A debt handed to this agent (a handoff): its first speech takes it over."""
         self.entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        """Resolves once ``on_enter`` has returned (or failed)."""
+        """Resolves once ``on_enter`` has returned (or failed, or the agent stopped)."""
         self.task: asyncio.Task[None] | None = None
-        """The activity's scope, once the session started it."""
+        """The activity's scope, once the agent stack started it."""
         self.stopped: asyncio.Future[None] | None = None
-        """Set by the session while it stops this activity."""
+        """Set by the agent stack while this agent leaves."""
         self._system_message: ChatMessage | None = None
-        self._preemptive: Preemptive | None = None
+        self._speculation = Speculation(self._state, self.id, self._spawn)
         self._tools = ToolRunner(
-            session=session,
-            state=self._state,
+            ctx=ctx,
             owner=self.id,
             spawn=self._spawn,
             on_final=self._background_tool_finished,
@@ -88,18 +95,35 @@ class AgentActivity:
 
     # ------------------------------------------------------------- lifecycle
 
-    async def run(self, ready: asyncio.Future[None]) -> None:
-        """The activity's scope: every task it starts lives and dies inside it."""
+    async def run(self, ready: asyncio.Future[None], handed: Obligation | None) -> None:
+        """The activity's scope: every task it starts lives and dies inside it.
+        ``handed`` (a switch's ``handoff`` obligation) goes over to ``entering``."""
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                self._state.set_current(self.id)
-                ready.set_result(None)
-                tg.create_task(self._enter())
+                entering = self._open_entering(handed)
+                if not ready.done():
+                    ready.set_result(None)
+                tg.create_task(self._enter(entering))
                 await self._schedule_forever()
         finally:
             self._tg = None
+            if not self.entered.done():
+                self.entered.set_result(None)
             self.abandon()
+
+    def _open_entering(self, handed: Obligation | None) -> Obligation | None:
+        """While ``on_enter`` runs the agent owes the user (it is preparing to speak):
+        ``thinking``, never ``away``. An agent without an ``on_enter`` enters at once."""
+        if type(self.agent).on_enter is Agent.on_enter:
+            if handed is not None:
+                self._state.close(handed, "entered")
+            return None
+        entering = self._state.new(
+            ObligationKind.HANDOFF, self.id, label=f"{self.agent.id} entering"
+        )
+        self._state.hand_over([handed] if handed is not None else [], entering)
+        return entering
 
     def abandon(self) -> None:
         """This agent will say nothing more: drop speculation, resolve queued speeches,
@@ -115,6 +139,37 @@ class AgentActivity:
         self._drop_queue()
         self._state.remove_owner(self.id)
 
+    def wind_down(self, *, finish_audible: bool = True) -> asyncio.Future[None] | None:
+        """The agent stops being current: nothing new is queued to it, its unheard speech
+        is dropped (resolved as interrupted), and the speech the user is hearing may
+        finish (unless the session is closing). Returns that speech's playout."""
+        self._closed = True
+        self._resumed.set()  # a paused caller that leaves must not hold its scope open
+        self.discard_preemptive("the agent left")
+        self._drop_queue()
+        speech = self._current
+        if speech is None or speech._playout.done():
+            return None
+        reply = speech._reply_ob
+        if not finish_audible or reply is None or not reply.audible:
+            speech._interrupt()  # unheard (or closing): stopped, not finished
+        return speech._playout
+
+    def pause(self) -> asyncio.Future[None] | None:
+        """A task is current: deliver nothing until ``resume``. The speech being
+        delivered is cut (what was heard is kept, marked interrupted); its tools go on,
+        and their follow-up waits for the resume. Returns the cut speech's playout."""
+        self._resumed.clear()
+        self.discard_preemptive("a task started")
+        speech = self._current
+        if speech is None or speech._playout.done():
+            return None
+        speech._cut()
+        return speech._playout
+
+    def resume(self) -> None:
+        self._resumed.set()
+
     @property
     def current_speech(self) -> SpeechHandle | None:
         return self._current
@@ -125,19 +180,28 @@ class AgentActivity:
             raise RuntimeError(f"{self.agent.id} is not running")
         return self._tg.create_task(coro)
 
-    async def _enter(self) -> None:
+    async def _enter(self, entering: Obligation | None) -> None:
         try:
-            await self._call_hook(self.agent.on_enter(), "on_enter")
+            await self._call_hook(self.agent.on_enter(), "on_enter", self._on_enter_failed)
         finally:
+            if entering is not None:
+                self._state.close(entering, "entered")
             if not self.entered.done():
                 self.entered.set_result(None)
 
-    async def _call_hook(self, hook: Awaitable[None], name: str) -> None:
+    async def _call_hook(
+        self,
+        hook: Awaitable[None],
+        name: str,
+        on_failure: Callable[[Exception], None] | None = None,
+    ) -> None:
         try:
             await hook
         except Exception as exc:
             logger.exception("%s.%s failed", self.agent.id, name)
-            self._session._emit_error(exc, source=name, recoverable=True)
+            self._ctx.emit_error(exc, source=name, recoverable=True)
+            if on_failure is not None:
+                on_failure(exc)
 
     # -------------------------------------------------------------- speeches
 
@@ -158,7 +222,7 @@ class AgentActivity:
         if allow_interruptions is None:
             allow_interruptions = self.agent.allow_interruptions
         if allow_interruptions is None:
-            allow_interruptions = self._session.options.allow_interruptions
+            allow_interruptions = self._ctx.options.allow_interruptions
         handle = SpeechHandle(
             allow_interruptions=allow_interruptions,
             source=source,
@@ -167,9 +231,6 @@ class AgentActivity:
             request=request,
         )
         reply = self._state.new(ObligationKind.REPLY, self.id, label=f"{source} {handle.id}")
-        if self._inherited is not None:
-            hand_over_from = [*(hand_over_from or []), self._inherited]
-            self._inherited = None
         expire = lambda: handle._interrupt()  # noqa: E731 - the watchdog stops a stuck reply
         if hand_over_from or uncommit:
             self._state.hand_over(
@@ -181,9 +242,7 @@ class AgentActivity:
         handle._on_discard = lambda: self._state.close(reply, "discarded")
         heapq.heappush(self._queue, (priority, next(self._seq), handle))
         self._wake.set()
-        self._session._events.emit(
-            "speech_created", SpeechCreatedEvent(handle, source, user_initiated)
-        )
+        self._ctx.events.emit("speech_created", SpeechCreatedEvent(handle, source, user_initiated))
         return handle
 
     def interrupt(self) -> asyncio.Future[None]:
@@ -224,19 +283,12 @@ class AgentActivity:
                 return handle
         return None
 
-    def pause(self) -> None:
-        """Another agent (an AgentTask) is current: say nothing until ``resume``."""
-        self._resumed.clear()
-
-    def resume(self) -> None:
-        self._resumed.set()
-
     async def _schedule_forever(self) -> None:
         while True:
             await self._resumed.wait()
             speech = self._next_speech()
             if speech is None:
-                if self._deferred:
+                if self._deferred and not self._closed:
                     self._create_deferred_reply()
                     continue
                 self._wake.clear()
@@ -272,9 +324,15 @@ class AgentActivity:
         runs: list[ToolCallRun] = []
         chained = False
         try:
-            await self._produce(speech, reply, delivery, runs)
-            await delivery.finish()
-            self._end_playout(speech, reply, delivery, interrupted=False)
+            if not speech._cutting:
+                try:
+                    await self._produce(speech, reply, delivery, runs)
+                    await delivery.finish()
+                except asyncio.CancelledError:
+                    if not speech._take_cut():
+                        raise
+            # A cut (the agent paused for a task) ends the output, not the tools.
+            self._end_playout(speech, reply, delivery, interrupted=speech._cutting)
             if runs:
                 chained = await self._settle_tools(speech, runs)
         except asyncio.CancelledError:
@@ -283,7 +341,7 @@ class AgentActivity:
         except Exception as exc:
             source = _error_source(exc)
             logger.warning("reply %s failed (%s): %s", speech.id, source, exc)
-            self._session._emit_error(exc, source=source, recoverable=True)
+            self._ctx.emit_error(exc, source=source, recoverable=True)
             self._abandon(speech, reply, delivery, runs, "failed")
         finally:
             if not chained:
@@ -335,7 +393,7 @@ class AgentActivity:
                         arguments=request_call.arguments,
                     )
                     runs.append(self._tools.dispatch(speech, call, tools))
-        self._session._events.emit(
+        self._ctx.events.emit(
             "metrics_collected",
             MetricsCollectedEvent(
                 {
@@ -349,48 +407,33 @@ class AgentActivity:
 
     def _chat_llm(self) -> LLM | None:
         """The chat model replies are generated with (a realtime model voices its own)."""
-        llm = self.agent.llm or self._session.llm
+        llm = self.agent.llm or self._ctx.llm
         return llm if isinstance(llm, LLM) else None
 
     def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
-        if step >= self._session.options.max_tool_steps:
+        if step >= self._ctx.options.max_tool_steps:
             return {}
-        return {t.name: t for t in (*self._session.tools, *self.agent.tools)}
+        return {t.name: t for t in (*self._ctx.tools, *self.agent.tools)}
 
     # ------------------------------------------------------ preemptive replies
 
     def start_preemptive(self, user_text: str) -> None:
-        """Start generating a reply to ``user_text`` before the user's turn has ended
-        (kept as is when one for the same text and context is already running)."""
-        tools = self._offered_tools(0)
-        key = self._preemptive_key(user_text, self.agent.chat_ctx.items, tools)
-        if self._preemptive is not None and self._preemptive.key == key:
-            return
-        self.discard_preemptive("a newer attempt")
+        """Start generating a reply to ``user_text`` before the user's turn has ended."""
         llm = self._chat_llm()
-        if llm is None or self._tg is None:
+        if llm is None or self._tg is None or self._closed or not self._resumed.is_set():
             return
-        prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self.id))
-        self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
-        context = self._chat_context(None)
-        context.append(ChatMessage(role="user", content=user_text))
-        stream = llm.chat(
-            context, [t.definition for t in tools.values()], "auto" if tools else "none"
-        )
-        prepared.task = self._spawn(prepared.collect(stream))
-        self._preemptive = prepared
+        tools = self._offered_tools(0)
+        items = list(self.agent.chat_ctx.items)
+        key = speculation_key(user_text, items, self.agent.instructions, tools)
+        context = self._chat_context(None).items
+        self._speculation.start(llm, key, context, user_text, tools)
 
     def discard_preemptive(self, reason: str) -> None:
-        prepared, self._preemptive = self._preemptive, None
-        if prepared is not None:
-            logger.debug("preemptive reply discarded: %s", reason)
-            prepared.cancel()
-            self._state.close(prepared.obligation, "discarded")
+        self._speculation.discard(reason)
 
     def claim_preemptive(self) -> Preemptive | None:
         """The speculative reply, for the user turn that just ended (checked before use)."""
-        prepared, self._preemptive = self._preemptive, None
-        return prepared
+        return self._speculation.claim()
 
     def _prepared_stream(
         self, request: ReplyRequest, tools: dict[str, FunctionTool]
@@ -400,35 +443,33 @@ class AgentActivity:
             return None
         items = self.agent.chat_ctx.items
         before = items[:-1] if items and items[-1] is message else items
-        # After on_user_turn_completed: the hook may have changed the message or context.
-        if request.instructions is None and prepared.key == self._preemptive_key(
-            message.content, before, tools
-        ):
+        # After on_user_turn_completed: the hook may have changed the message, the
+        # context, the instructions or the tools.
+        key = speculation_key(message.content, before, self.agent.instructions, tools)
+        if request.instructions is None and prepared.key == key:
             return prepared.replay()
         prepared.cancel()
         return None
 
-    @staticmethod
-    def _preemptive_key(
-        user_text: str, items: list[ChatItem], tools: dict[str, FunctionTool]
-    ) -> tuple[object, ...]:
-        return (user_text, tuple(item.id for item in items), tuple(tools))
-
     def _new_delivery(self, reply: Obligation) -> Delivery:
-        output = self._session.output
-        tts = self._session.tts
+        output = self._ctx.output
+        tts = self._ctx.tts
         if output.audio is None or tts is None:
-            return TextDelivery(self._state, reply, output.transcription)
+            return TextDelivery(self._state, reply, output.transcription, self._output_failed)
         from .audio_delivery import AudioDelivery  # numpy and soxr, only when speaking aloud
 
         return AudioDelivery(
             self._state,
             reply,
             output.transcription,
+            self._output_failed,
             tts=tts,
             audio_output=output.audio,
             spawn=self._spawn,
         )
+
+    def _output_failed(self, exc: Exception) -> None:
+        self._ctx.emit_error(exc, source="output", recoverable=True)
 
     def _end_playout(
         self, speech: SpeechHandle, reply: Obligation, delivery: Delivery, *, interrupted: bool
@@ -480,32 +521,45 @@ class AgentActivity:
         for run, outcome in zip(runs, outcomes, strict=True):
             self._commit(outcome.output, speech)
             run.answered = True
-        for run in runs:
-            self._deliver_pending_final(run)
-        self._session._events.emit(
+        self._ctx.events.emit(
             "function_tools_executed",
             FunctionToolsExecutedEvent(
                 [run.call for run in runs], [outcome.output for outcome in outcomes]
             ),
         )
+        try:
+            return self._follow_up(speech, runs, outcomes)
+        finally:
+            # Final results of released calls that landed while this reply was still
+            # delivered come after the step above: whatever follows them (a deferred
+            # reply, nothing) starts from a floor that already holds the follow-up.
+            for run in runs:
+                self._deliver_pending_final(run)
+
+    def _follow_up(
+        self, speech: SpeechHandle, runs: list[ToolCallRun], outcomes: list[ToolOutcome]
+    ) -> bool:
+        """What the tools' first outcomes lead to: a handoff, a follow-up reply, or the
+        end of the turn. Returns whether the handle now resolves with something else."""
         finished = [run.obligation for run in runs if not run.released]
         background = [run.obligation for run in runs if run.released]
         handoff = next((o.handoff for o in outcomes if o.handoff is not None), None)
         request = speech._request
-        if handoff is not None:
-            # The user was handed over: the new agent owes the answer. A handoff
-            # obligation carries that debt across on_exit/on_enter (no listening gap),
+        if handoff is not None and not self._closed:
+            # The user was handed over: the new agent owes the answer. The agent stack
+            # opens its handoff obligation in the same floor step as these tools close,
             # and this handle resolves once the new agent has entered.
-            owed = self._state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=handoff.id)
-            self._state.hand_over(finished, owed, uncommit=background)
-            entered = self._session._hand_off(handoff, owed)
+            self._state.close([], uncommit=background)
+            entered = self._hand_off(handoff, finished)
             entered.add_done_callback(lambda _: speech._mark_done())
             return True
         # At max_tool_steps the model was offered no tools; a call it makes anyway is
         # answered with an error and the turn ends, so the rounds are exactly bounded.
+        # An agent that left says nothing more.
         if (
             request is None
-            or request.step >= self._session.options.max_tool_steps
+            or self._closed
+            or request.step >= self._ctx.options.max_tool_steps
             or not any(o.reply_required for o in outcomes)
         ):
             self._state.close(finished, uncommit=background)
@@ -542,11 +596,11 @@ class AgentActivity:
         )
         self._commit(final_call, None)
         self._commit(final_output, None)
-        if outcome.handoff is not None:
-            self._state.close(run.obligation)
-            self._session.update_agent(outcome.handoff)
+        if outcome.handoff is not None and not self._closed:
+            # Handed over in the same floor step as the tool's debt ends (no gap).
+            self._hand_off(outcome.handoff, [run.obligation])
             return
-        if not outcome.reply_required:
+        if not outcome.reply_required or outcome.handoff is not None:
             self._state.close(run.obligation)
             return
         deferred = self._state.new(ObligationKind.DEFERRED_REPLY, self.id, label=run.call.name)
@@ -578,7 +632,7 @@ class AgentActivity:
         self.agent.chat_ctx.append(item)
         if speech is not None:
             speech.chat_items.append(item)
-        self._session._record(item)
+        self._ctx.record(item)
 
     def add_user_message(self, text: str) -> ChatMessage:
         message = ChatMessage(role="user", content=text)
@@ -587,6 +641,8 @@ class AgentActivity:
 
 
 def _error_source(exc: Exception) -> str:
+    if isinstance(exc, OutputError):
+        return "output"
     if isinstance(exc, LLMError):
         return "llm"
     if isinstance(exc, TTSError):

@@ -23,19 +23,25 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..models import ToolError
 from .agent import Agent
 
-if TYPE_CHECKING:
-    from .session import AgentSession
-
 T = TypeVar("T")
 
-# Set by each session for the tasks it runs, so `await SomeTask()` finds its session.
-running_session: contextvars.ContextVar[AgentSession[Any] | None] = contextvars.ContextVar(
-    "rejoinder_session", default=None
+
+class TaskHost(Protocol):
+    """What a task needs from the session that runs it (the agent stack)."""
+
+    async def run_task(self, task: AgentTask[T]) -> T: ...
+
+    def task_completing(self, task: AgentTask[Any]) -> None: ...
+
+
+# Set by each session for everything it runs, so `await SomeTask()` finds its host.
+running_host: contextvars.ContextVar[TaskHost | None] = contextvars.ContextVar(
+    "rejoinder_task_host", default=None
 )
 
 
@@ -43,6 +49,7 @@ class AgentTask(Agent, Generic[T]):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._outcome: asyncio.Future[T] | None = None
+        self._host: TaskHost | None = None
 
     def _future(self) -> asyncio.Future[T]:
         if self._outcome is None:
@@ -59,11 +66,12 @@ class AgentTask(Agent, Generic[T]):
         future = self._future()
         if future.done():
             return
-        session = self._session
-        if session is not None:
+        if self._host is not None:
             # In the same step, before whatever this call is part of closes: the caller's
             # pending work must count again with no listening gap in between.
-            session._task_completing(self)
+            self._host.task_completing(self)
+        if future.done():
+            return  # the host ended it already (the session is closing)
         if isinstance(result, BaseException):
             future.set_exception(result)
         else:
@@ -77,9 +85,13 @@ class AgentTask(Agent, Generic[T]):
         return self._run().__await__()
 
     async def _run(self) -> T:
-        session = running_session.get()
-        if session is None:
+        host = running_host.get()
+        if host is None:
             raise RuntimeError(
                 f"await {self.id} from a tool or hook of an agent running in a session"
             )
-        return await session._run_task(self, self._future())
+        self._host = host
+        try:
+            return await host.run_task(self)
+        finally:
+            self._host = None

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..floor import Obligation
-from ..io.text import TextOutput
 from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
 from ..models.audio_utils import Resampler
+from ..models.text import TextOutput
 from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
-from .delivery import Delivery
+from .delivery import Delivery, OnOutputError, OutputError
 from .turn_state import TurnState
 
 
@@ -45,12 +45,13 @@ class AudioDelivery(Delivery):
         state: TurnState,
         reply: Obligation,
         text_output: TextOutput | None,
+        on_error: OnOutputError,
         *,
         tts: TTS,
         audio_output: AudioOutput,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:
-        super().__init__(state, reply, text_output)
+        super().__init__(state, reply, text_output, on_error)
         self._tts = tts
         self._output = audio_output
         self._stream: TTSStream | None = tts.stream() if isinstance(tts, StreamingTTS) else None
@@ -63,7 +64,10 @@ class AudioDelivery(Delivery):
         self._playing = False
         self._failure: Exception | None = None
         self._played: asyncio.Future[PlaybackFinished] = asyncio.get_running_loop().create_future()
-        audio_output.set_listener(self._playback_started, self._playback_finished)
+        self._listening = False
+        """This speech holds the output's playback reports (from its first frame on:
+        a speech that has produced no audio yet must not take them from one still
+        playing)."""
         self._synthesis = spawn(self._synthesize())
 
     async def push_text(self, text: str) -> None:
@@ -87,14 +91,20 @@ class AudioDelivery(Delivery):
             raise self._failure
         self._end_text_segment()
         if self._captured > 0:
-            self._output.flush()
+            try:
+                self._output.flush()
+            except Exception as exc:
+                raise OutputError(f"the audio output failed: {exc!r}") from exc
             await asyncio.shield(self._played)
 
     def stop(self) -> None:
         self._synthesis.cancel()
         self._end_text_segment()
         if self._playing:
-            self._output.clear_buffer()
+            try:
+                self._output.clear_buffer()
+            except Exception as exc:  # stop() must not raise: report and go on
+                self._on_error(exc)
 
     def heard(self) -> str:
         if not self._played.done():
@@ -166,7 +176,13 @@ class AudioDelivery(Delivery):
             if resampled is None:
                 return
             frame = resampled
-        await self._output.capture_frame(frame)
+        if not self._listening:
+            self._listening = True
+            self._output.set_listener(self._playback_started, self._playback_finished)
+        try:
+            await self._output.capture_frame(frame)
+        except Exception as exc:
+            raise OutputError(f"the audio output failed: {exc!r}") from exc
         self._captured += frame.duration
         segment.duration = self._captured - segment.start
 

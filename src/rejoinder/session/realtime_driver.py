@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
@@ -53,22 +53,34 @@ from .tools import FunctionTool
 
 if TYPE_CHECKING:
     from ..models.audio import AudioInput, PlaybackFinished
+    from .activity import AgentActivity
     from .agent import Agent
-    from .session import AgentSession
+    from .agent_stack import AgentStack
+    from .context import SessionContext
 
 logger = logging.getLogger("rejoinder")
 
 
 class RealtimeDriver:
-    def __init__(self, session: AgentSession[Any], model: RealtimeModel) -> None:
-        self._session = session
+    def __init__(
+        self,
+        ctx: SessionContext,
+        model: RealtimeModel,
+        *,
+        agents: AgentStack,
+        close: Callable[[str], None],
+    ) -> None:
+        self._ctx = ctx
+        self._agents = agents
+        self._close = close
+        """Ends the session from inside (the provider gave up for good)."""
         self._model = model
         self._rt: RealtimeSession = model.session()
-        state = session._turn_state
+        state = ctx.state
         self._state = state
         self.obligations = ProviderObligations(
             state,
-            answer_timeout=session.options.answer_timeout,
+            answer_timeout=ctx.options.answer_timeout,
             on_unvoiced=self._unvoiced,
         )
         self._playout: RealtimePlayout | None = None
@@ -86,26 +98,26 @@ class RealtimeDriver:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def start(self, agent: Agent) -> None:
+    async def start(self, agent: Agent, microphone: AudioInput | None) -> None:
         """Connect (raises ``RealtimeError`` if the provider refuses), then run."""
-        session = self._session
+        ctx = self._ctx
         config = RealtimeConfig(
             instructions=agent.instructions,
             tools=self._definitions(agent),
-            history=lambda: session.history,
+            history=lambda: ctx.history,
         )
         await self._rt.start(config)
-        self._record_of = RealtimeRecord(session)
+        self._record_of = RealtimeRecord(ctx, lambda: self._activity().agent)
         self._playout = RealtimePlayout(
             self._state,
-            session.output.audio,
-            spawn=session._spawn,
+            ctx.output.audio,
+            spawn=ctx.spawn,
             started=self._record_of.burst_audible,
             finished=self._burst_finished,
         )
-        session._spawn(self._pump_events())
-        if session.input.audio is not None:
-            session._spawn(self._pump_microphone(session.input.audio))
+        ctx.spawn(self._pump_events())
+        if microphone is not None:
+            ctx.spawn(self._pump_microphone(microphone))
 
     async def aclose(self) -> None:
         if self._playout is not None:
@@ -123,13 +135,13 @@ class RealtimeDriver:
 
     def generate_reply(self, instructions: str | None, user_input: str | None) -> SpeechHandle:
         handle = SpeechHandle(
-            allow_interruptions=self._session.options.allow_interruptions,
+            allow_interruptions=self._ctx.options.allow_interruptions,
             source="generate_reply",
             user_initiated=user_input is not None,
         )
         if user_input is not None:
             self._record(ChatMessage(role="user", content=user_input))
-            self._session._events.emit(
+            self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(user_input, is_final=True)
             )
             self._rt.send_user_text(user_input)
@@ -137,7 +149,7 @@ class RealtimeDriver:
             self._rt.generate_reply(instructions)
         self._handles.append(handle)
         self.obligations.owe_reply(handle.id)
-        self._session._events.emit(
+        self._ctx.events.emit(
             "speech_created",
             SpeechCreatedEvent(
                 handle, source="generate_reply", user_initiated=user_input is not None
@@ -157,13 +169,13 @@ class RealtimeDriver:
                 self._on_event(event)
             except Exception as exc:  # a bug here must not kill the connection
                 logger.exception("handling %r failed", event)
-                self._session._emit_error(exc, source="realtime", recoverable=True)
+                self._ctx.emit_error(exc, source="realtime", recoverable=True)
             self._settle_handles()
-        if not self._session._is_closing():
+        if not self._ctx.closing:
             # The provider gave up (fatal error, reconnects exhausted): nothing more will
             # be heard or said, so the session ends instead of pretending to listen.
             self._connection_lost()
-            self._session._close_from_inside("the realtime connection ended")
+            self._close("the realtime connection ended")
 
     def _on_event(self, event: RealtimeEvent) -> None:
         playout = self._playout
@@ -209,9 +221,7 @@ class RealtimeDriver:
         elif isinstance(event, UserTurnEnded):
             self._user_turn_ended(event.text)
         elif isinstance(event, ProviderError):
-            self._session._emit_error(
-                event.error, source="realtime", recoverable=not event.error.fatal
-            )
+            self._ctx.emit_error(event.error, source="realtime", recoverable=not event.error.fatal)
         elif isinstance(event, ConnectionLost):
             logger.warning("realtime connection lost: %s", event.reason)
             self._connection_lost()
@@ -235,7 +245,7 @@ class RealtimeDriver:
         if not self._user_speaking:
             self._user_speaking = True
             self._state.set_user_speaking(True)
-        if not self._rt.duplex and self._session.options.allow_interruptions:
+        if not self._rt.duplex and self._ctx.options.allow_interruptions:
             # A realtime (not duplex) model expects the client to stop its own playback.
             assert self._playout is not None
             self._playout.interrupt()
@@ -246,7 +256,7 @@ class RealtimeDriver:
             self._state.set_user_speaking(False)
         self._state.user_activity()
         if text.strip():
-            self._session._events.emit(
+            self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
         assert self._record_of is not None
@@ -254,7 +264,7 @@ class RealtimeDriver:
 
     def _transcript(self, event: Transcript) -> None:
         if event.role == "user":
-            self._session._events.emit(
+            self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(event.text, is_final=False)
             )
             return
@@ -299,13 +309,13 @@ class RealtimeDriver:
 
     def _tool_called(self, event: ToolCallRequested) -> None:
         call = event.call
-        activity = self._session._running_activity()
+        activity = self._activity()
         self.obligations.tool_called(
             call.call_id, call.name, event.delegation_id, owner=activity.id
         )
         agent = activity.agent
-        tools = {t.name: t for t in (*self._session.tools, *agent.tools)}
-        self._session._spawn(self._run_tool(call, tools.get(call.name)))
+        tools = {t.name: t for t in (*self._ctx.tools, *agent.tools)}
+        self._ctx.spawn(self._run_tool(call, tools.get(call.name)))
 
     async def _run_tool(self, call: FunctionCall, tool: FunctionTool | None) -> None:
         background: list[Obligation] = []
@@ -329,33 +339,29 @@ class RealtimeDriver:
         handle = SpeechHandle(allow_interruptions=True, source="realtime_tool")
         handle._mark_done()
         context: RunContext[Any] = RunContext(
-            session=self._session, speech_handle=handle, function_call=call, release=release
+            session=self._ctx.session, speech_handle=handle, function_call=call, release=release
         )
         try:
-            outcome = await invoke_tool(self._session, call, tool, context)
+            outcome = await invoke_tool(self._ctx, call, tool, context)
         except asyncio.CancelledError:
             self.obligations.tool_abandoned(call.call_id)
             self._state.close(background, "cancelled")
             raise
-        handoff = None
-        if outcome.handoff is not None:
-            # The new agent owes what comes next: no listening gap until it entered.
-            handoff = self._state.open(
-                ObligationKind.HANDOFF, SESSION_OWNER, label=outcome.handoff.id
-            )
+        if outcome.handoff is not None and not self._ctx.closing:
+            # The agent stack's handoff obligation opens before the call's own debt is
+            # released below: the new agent owes what comes next, with no gap.
+            self._agents.hand_off(outcome.handoff, background)
         if not background:
             self._answer(call, outcome)
         else:
             self._final_result(call, outcome)
-            self._state.close(background, "done")
-        if outcome.handoff is not None:
-            self._session._hand_off(outcome.handoff, handoff)
+            self._state.close(background, "done")  # nothing, after a handoff closed it
         self._settle_handles()
 
     def _answer(self, call: FunctionCall, outcome: ToolOutcome) -> None:
         self._record(call)
         self._record(outcome.output)
-        self._session._events.emit(
+        self._ctx.events.emit(
             "function_tools_executed", FunctionToolsExecutedEvent([call], [outcome.output])
         )
         fate = self._rt.submit_tool_output(outcome.output, reply_required=outcome.reply_required)
@@ -382,12 +388,18 @@ class RealtimeDriver:
     # ----------------------------------------------------------------- helpers
 
     def _record(self, item: ChatMessage | FunctionCall | FunctionCallOutput) -> None:
-        self._session.current_agent.chat_ctx.append(item)
-        self._session._record(item)
+        self._activity().agent.chat_ctx.append(item)
+        self._ctx.record(item)
 
     def _definitions(self, agent: Agent) -> Sequence[ToolDefinition]:
-        tools = {t.name: t for t in (*self._session.tools, *agent.tools)}
+        tools = {t.name: t for t in (*self._ctx.tools, *agent.tools)}
         return [t.definition for t in tools.values()]
+
+    def _activity(self) -> AgentActivity:
+        activity = self._agents.current
+        if activity is None:
+            raise RuntimeError("the session has no agent")
+        return activity
 
     async def _pump_microphone(self, mic: AudioInput) -> None:
         async for frame in mic:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..models import ChatMessage
@@ -19,8 +20,9 @@ from ..models.realtime import Transcript
 from .realtime_playout import Burst
 
 if TYPE_CHECKING:
-    from ..io.text import TextOutput
-    from .session import AgentSession
+    from ..models.text import TextOutput
+    from .agent import Agent
+    from .context import SessionContext
 
 logger = logging.getLogger("rejoinder")
 
@@ -33,8 +35,9 @@ LATE_FRAGMENT_GAP_MS = 800
 
 
 class RealtimeRecord:
-    def __init__(self, session: AgentSession[Any]) -> None:
-        self._session = session
+    def __init__(self, ctx: SessionContext, current_agent: Callable[[], Agent]) -> None:
+        self._ctx = ctx
+        self._current_agent = current_agent
         self._pending: list[str] = []
         self._pending_end_ms: int | None = None
         self._last: Burst | None = None
@@ -50,15 +53,15 @@ class RealtimeRecord:
         self._user_turn: tuple[tuple[object | None, object | None], int] | None = None
         self._captions: asyncio.Queue[str | None] = asyncio.Queue()
         self._captioned: set[int] = set()
-        output = session.output.transcription
+        output = ctx.output.transcription
         if output is not None:
-            session._spawn(self._write_captions(output))
+            ctx.spawn(self._write_captions(output))
 
     # ------------------------------------------------------------- transcripts
 
     def _anchor(self) -> tuple[object | None, object | None]:
-        history = self._session.history.items
-        context = self._session.current_agent.chat_ctx.items
+        history = self._ctx.history.items
+        context = self._current_agent().chat_ctx.items
         return (history[-1] if history else None, context[-1] if context else None)
 
     def burst_began(self, burst: Burst) -> None:
@@ -188,10 +191,10 @@ class RealtimeRecord:
     ) -> None:
         self._order[id(message)] = order
         history_anchor, context_anchor = anchor
-        context = self._session.current_agent.chat_ctx.items
+        context = self._current_agent().chat_ctx.items
         context.insert(self._position(context, context_anchor, order), message)
-        history = self._session.history.items
-        self._session._record(message, at=self._position(history, history_anchor, order))
+        history = self._ctx.history.items
+        self._ctx.record(message, at=self._position(history, history_anchor, order))
         if len(self._order) > 64:
             self._order = dict(list(self._order.items())[-32:])
 

@@ -1,8 +1,9 @@
 """AgentSession: the public entry point. Owns the floor (through ``TurnState``), the task
-scope everything runs in, the history, and the current agent's activity.
+scope everything runs in, the history, and the agent stack (which agent is current).
 
 Every lifecycle call is bounded: ``aclose`` waits at most ``close_timeout`` for hooks and
-for work to unwind after cancellation, ``drain`` at most its ``timeout``.
+for work to unwind after cancellation, ``drain`` at most its ``timeout``. Public calls
+check their arguments' types at the call site, before anything is stored.
 """
 
 from __future__ import annotations
@@ -10,27 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
-from ..io.text import TextOutput
-from ..models import LLM, AgentHandoff, ChatContext, ChatItem, ChatMessage
+from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
+from ..models import LLM, ChatContext
 from ..models.realtime import RealtimeModel
 from .activity import AgentActivity
 from .agent import Agent
-from .agent_task import AgentTask, running_session
-from .events import (
-    CloseEvent,
-    ConversationItemAddedEvent,
-    ErrorEvent,
-    EventEmitter,
-    EventName,
-    UserInputTranscribedEvent,
-)
+from .agent_stack import AgentStack
+from .agent_task import running_host
+from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
+from .events import CloseEvent, EventEmitter, EventName, UserInputTranscribedEvent
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
 from .tools import FunctionTool
@@ -43,42 +37,11 @@ if TYPE_CHECKING:
     from ..models.vad import VAD
     from .realtime_driver import RealtimeDriver
 
+__all__ = ["AgentSession", "SessionInput", "SessionOptions", "SessionOutput"]
+
 logger = logging.getLogger("rejoinder")
 
 Userdata = TypeVar("Userdata")
-T = TypeVar("T")
-
-
-def _is_instruction(item: ChatItem) -> bool:
-    return isinstance(item, ChatMessage) and item.role in ("system", "developer")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionOptions:
-    allow_interruptions: bool
-    min_interruption_duration: float
-    min_endpointing_delay: float
-    max_endpointing_delay: float
-    preemptive_generation: bool
-    user_away_timeout: float | None
-    max_tool_steps: int
-    close_timeout: float
-    turn_detection: Literal["vad", "manual"]
-    min_interruption_words: int
-    resume_false_interruption: bool
-    false_interruption_timeout: float
-    answer_timeout: float
-
-
-class SessionInput:
-    def __init__(self) -> None:
-        self.audio: Any = None
-
-
-class SessionOutput:
-    def __init__(self) -> None:
-        self.audio: Any = None
-        self.transcription: TextOutput | None = None
 
 
 class AgentSession(Generic[Userdata]):
@@ -140,16 +103,12 @@ class AgentSession(Generic[Userdata]):
         self._events = EventEmitter()
         self._history = ChatContext()
         self._turn_state_: TurnState | None = None
-        self._activity: AgentActivity | None = None
+        self._ctx: SessionContext | None = None
+        self._agents: AgentStack | None = None
         self._root: asyncio.Task[None] | None = None
-        self._tg: asyncio.TaskGroup | None = None
         self._close_task: asyncio.Task[None] | None = None
-        self._handoff_lock = asyncio.Lock()
         self._user_turns: UserTurns | None = None
         self._realtime: RealtimeDriver | None = None
-        self._task_callers: dict[int, AgentActivity] = {}
-        """The agent each running AgentTask (by id()) returns to."""
-        self._context = contextvars.copy_context()
 
     # -------------------------------------------------------------- reading
 
@@ -163,13 +122,15 @@ class AgentSession(Generic[Userdata]):
 
     @property
     def current_agent(self) -> Agent:
-        if self._activity is None:
+        activity = self._activity
+        if activity is None:
             raise RuntimeError("the session has no agent (call start() first)")
-        return self._activity.agent
+        return activity.agent
 
     @property
     def current_speech(self) -> SpeechHandle | None:
-        return None if self._activity is None else self._activity.current_speech
+        activity = self._activity
+        return None if activity is None else activity.current_speech
 
     @property
     def history(self) -> ChatContext:
@@ -198,47 +159,75 @@ class AgentSession(Generic[Userdata]):
             raise RuntimeError("the session is not started")
         return self._turn_state_
 
+    @property
+    def _activity(self) -> AgentActivity | None:
+        return None if self._agents is None else self._agents.current
+
     # ------------------------------------------------------------ lifecycle
 
     async def start(self, agent: Agent) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"start() needs an rj.Agent, got {type(agent).__name__}")
         if self._root is not None:
             raise RuntimeError("the session was already started")
         loop = asyncio.get_running_loop()
-        self._turn_state_ = TurnState(self._floor, self._events, loop)
-        ready: asyncio.Future[None] = loop.create_future()
+        state = self._turn_state_ = TurnState(self._floor, self._events, loop)
         # Everything the session runs starts in this context, so `await SomeTask()`
-        # finds its session (without touching the caller's own context).
-        self._context = contextvars.copy_context()
-        self._context.run(running_session.set, self)
+        # finds its host (without touching the caller's own context).
+        context = contextvars.copy_context()
+        ctx = self._ctx = SessionContext(
+            session=self,
+            state=state,
+            events=self._events,
+            history=self._history,
+            options=self.options,
+            output=self.output,
+            tools=self.tools,
+            context=context,
+        )
+        agents = self._agents = AgentStack(ctx, on_agent_changed=self._agent_changed)
+        context.run(running_host.set, agents)
+        ready: asyncio.Future[None] = loop.create_future()
         self._root = loop.create_task(
-            self._supervise(ready), name="rejoinder-session", context=self._context
+            self._supervise(ctx, ready), name="rejoinder-session", context=context
         )
         await ready
-        self._turn_state.start()
-        self._activity = self._new_activity(agent)
+        state.start()
         if isinstance(self.llm, RealtimeModel):
             # Connected before on_enter runs, so the agent can speak from there.
             from .realtime_driver import RealtimeDriver
 
-            self._realtime = RealtimeDriver(self, self.llm)
-            try:
-                await self._realtime.start(agent)
-            except BaseException:
-                await self.aclose()
-                raise
-        await self._run_activity(self._activity)
-        self._start_listening()
+            self._realtime = RealtimeDriver(
+                ctx, self.llm, agents=agents, close=self._close_from_inside
+            )
+        try:
+            if self._realtime is not None:
+                await self._realtime.start(agent, self.input.audio)
+            await agents.start(agent)
+            self._start_listening(ctx, agents)
+        except BaseException:
+            await self.aclose()
+            raise
 
-    def _start_listening(self) -> None:
+    def _agent_changed(self, agent: Agent) -> None:
+        if self._realtime is not None:
+            self._realtime.agent_changed(agent)
+
+    def _start_listening(self, ctx: SessionContext, agents: AgentStack) -> None:
         """Run the microphone side when there is a microphone to listen to (a realtime
         model hears the microphone itself)."""
         if self.input.audio is None or self._realtime is not None:
             return
         if self.vad is None or self.stt is None:
             raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
-        assert self._tg is not None
-        self._user_turns = UserTurns(self, self.vad, self.stt)
-        self._spawn(self._user_turns.run(self.input.audio))
+        self._user_turns = UserTurns(
+            ctx,
+            self.vad,
+            self.stt,
+            current=lambda: agents.current,
+            on_turn=self._user_turn_completed,
+        )
+        ctx.spawn(self._user_turns.run(self.input.audio))
 
     def commit_user_turn(self) -> None:
         """End the user's turn now (manual turn control)."""
@@ -263,176 +252,86 @@ class AgentSession(Generic[Userdata]):
         activity.interrupt()
         self._reply_to_user(text, source="user_turn", report_transcript=False)
 
-    async def _supervise(self, ready: asyncio.Future[None]) -> None:
+    async def _supervise(self, ctx: SessionContext, ready: asyncio.Future[None]) -> None:
         """The session's scope. It runs until ``aclose`` cancels it."""
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = tg
+                ctx.open_scope(tg)
                 ready.set_result(None)
                 await asyncio.Event().wait()  # cancelled by aclose
         except* Exception as group:  # a bug escaped a task: report it, then close
             for exc in group.exceptions:
                 logger.error("session task failed", exc_info=exc)
-                self._emit_error(exc, source="session", recoverable=False)
+                ctx.emit_error(exc, source="session", recoverable=False)
         finally:
-            self._tg = None
-
-    def _new_activity(self, agent: Agent, owed: Obligation | None = None) -> AgentActivity:
-        agent._session = self
-        return AgentActivity(agent, self, inherited=owed)
-
-    async def _run_activity(self, activity: AgentActivity) -> None:
-        """Start ``activity``'s scope; return once it is the current agent."""
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        activity.task = self._spawn(activity.run(ready))
-        await ready
-
-    async def _stop(self, activity: AgentActivity) -> None:
-        """Exit an agent: ``on_exit`` once, then cancel its scope (both bounded). A
-        second caller waits for the first one's stop; one that never ran has no exit."""
-        task = activity.task
-        if task is None:
-            activity.abandon()  # it never ran: resolve what was queued to it
-            return
-        if activity.stopped is not None:
-            await asyncio.shield(activity.stopped)
-            return
-        activity.stopped = asyncio.get_running_loop().create_future()
-        try:
-            await self._bounded(activity.agent.on_exit(), f"{activity.agent.id}.on_exit")
-            task.cancel()
-            await self._bounded(asyncio.wait((task,)), f"stopping {activity.agent.id}")
-        finally:
-            activity.agent._session = None
-            activity.stopped.set_result(None)
-
-    async def _run_task(self, task: AgentTask[T], outcome: asyncio.Future[T]) -> T:
-        """Pause the current agent, run ``task`` as the current one until it completes,
-        then resume the caller with its conversation merged in."""
-        caller = self._activity
-        if caller is None or self._tg is None or self._is_closing():
-            raise RuntimeError("the session is not running")
-        state = self._turn_state
-        # The caller's pending work stops counting while the task is current; a handoff
-        # obligation covers the switch until the task's first speech takes it over.
-        owed = state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=task.id)
-        state.open_new(owed)
-        caller.pause()
-        activity = self._new_activity(task, owed)
-        self._activity = activity
-        self._task_callers[id(task)] = caller
-        self._record(AgentHandoff(old_agent_id=caller.agent.id, new_agent_id=task.id))
-        if self._realtime is not None:
-            self._realtime.agent_changed(task)
-        try:
-            await self._run_activity(activity)
-            await self._bounded(activity.entered, f"{task.id}.on_enter")
-            state.close(owed, "entered")
-            return await outcome
-        finally:
-            self._task_callers.pop(id(task), None)
-            await self._return_from_task(caller, activity)
-
-    def _task_completing(self, task: AgentTask[Any]) -> None:
-        caller = self._task_callers.get(id(task))
-        if caller is not None and not self._is_closing() and self._turn_state_ is not None:
-            self._turn_state_.set_current(caller.id)
-
-    async def _return_from_task(self, caller: AgentActivity, activity: AgentActivity) -> None:
-        task = activity.agent
-        if self._activity is activity:
-            self._activity = caller
-        # The caller is live again before the task's own work is dropped: its tool is
-        # still owed, so there is no listening gap.
-        if not self._is_closing():
-            self._turn_state.set_current(caller.id)
-        await self._stop(activity)
-        merged = [item for item in task.chat_ctx.items if not _is_instruction(item)]
-        caller.agent.chat_ctx.items.extend(merged)
-        if not self._is_closing():
-            self._record(AgentHandoff(old_agent_id=task.id, new_agent_id=caller.agent.id))
-            if self._realtime is not None:
-                self._realtime.agent_changed(caller.agent)
-        caller.resume()
+            ctx.close_scope()
 
     def update_agent(self, agent: Agent) -> asyncio.Future[None]:
-        """Hand the conversation to ``agent`` (the old one exits first). Handoffs run one
-        at a time, in order; the returned future resolves once ``agent`` has entered."""
-        return self._hand_off(agent, None)
-
-    def _hand_off(self, agent: Agent, owed: Obligation | None) -> asyncio.Future[None]:
-        """``owed``: a committed obligation the handoff carries (a tool handed the user
-        over, so the new agent owes the answer). It closes once the new agent entered."""
-        if self._tg is None:
-            raise RuntimeError("the session is not running")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def switch() -> None:
-            async with self._handoff_lock:
-                if self._is_closing():
-                    return
-                old = self._activity
-                # The incoming agent is current from now on: what is said meanwhile is
-                # queued to it, and the outgoing agent's pending work no longer counts.
-                new = self._new_activity(agent, owed)
-                self._activity = new
-                self._turn_state.set_current(new.id)
-                self._record(
-                    AgentHandoff(old_agent_id=old.agent.id if old else None, new_agent_id=agent.id)
-                )
-                if old is not None:
-                    await self._stop(old)
-                if self._is_closing():
-                    return
-                if self._realtime is not None:
-                    self._realtime.agent_changed(agent)
-                await self._run_activity(new)
-                await self._bounded(new.entered, f"{agent.id}.on_enter")
-
-        def finished(_: object) -> None:
-            # Also runs when the switch was cancelled before it started (session closing).
-            if owed is not None and self._turn_state_ is not None:
-                self._turn_state_.close(owed, "entered")
-            if not done.done():
-                done.set_result(None)
-
-        self._spawn(switch()).add_done_callback(finished)
-        return done
+        """Hand the conversation to ``agent`` (the old one, and every caller paused on a
+        task, exits first). Handoffs run one at a time, in order; the returned future
+        resolves once ``agent`` has entered."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"update_agent() needs an rj.Agent, got {type(agent).__name__}")
+        return self._running_agents().hand_off(agent)
 
     async def aclose(self) -> None:
         """Stop everything, bounded by ``close_timeout`` per step, even if work hangs.
         Safe to call from inside a tool or hook: the close runs in its own task, which
         the agent being stopped does not own."""
         if self._close_task is None:
-            self._close_task = asyncio.get_running_loop().create_task(self._close())
+            self._begin_close()
+        assert self._close_task is not None
         await asyncio.shield(self._close_task)
+
+    def _begin_close(self) -> None:
+        if self._ctx is not None:
+            self._ctx.mark_closing()  # the parts see it at once, not when the task runs
+        self._close_task = asyncio.get_running_loop().create_task(self._close())
 
     def _close_from_inside(self, reason: str) -> None:
         """Start closing from a task the close will cancel (it must not await it)."""
         if self._close_task is None:
             logger.warning("closing the session: %s", reason)
-            self._close_task = asyncio.get_running_loop().create_task(self._close())
+            self._begin_close()
 
     async def _close(self) -> None:
-        if self._activity is not None:
-            await self._stop(self._activity)
-        if self._realtime is not None:
-            await self._bounded(self._realtime.aclose(), "closing the realtime connection")
-        if self._root is not None:
+        ctx = self._ctx
+        if self._agents is not None:
+            await self._agents.close()
+        if ctx is not None and self._realtime is not None:
+            await ctx.bounded(self._realtime.aclose(), "closing the realtime connection")
+        if ctx is not None and self._root is not None:
             self._root.cancel()
-            await self._bounded(asyncio.wait((self._root,)), "closing the session")
+            await ctx.bounded(asyncio.wait((self._root,)), "closing the session")
         if self._turn_state_ is not None:
             self._turn_state_.close_all()
             self._turn_state_.shutdown()
+        await self._close_models()
         self._events.emit("close", CloseEvent(reason="closed"))
+
+    async def _close_models(self) -> None:
+        """The session owns the models it was given: their connections close with it
+        (a model used again later opens a new one)."""
+        seen: set[int] = set()
+        for model in (self.llm, self.stt, self.tts, self.vad):
+            close = getattr(model, "aclose", None)
+            if model is None or id(model) in seen or not callable(close):
+                continue
+            seen.add(id(model))
+            try:
+                await asyncio.wait_for(close(), self.options.close_timeout)
+            except Exception as exc:
+                logger.warning("closing %r failed: %r", model, exc)
 
     async def drain(self, timeout: float = 60.0) -> None:  # noqa: ASYNC109 - a bound, not I/O
         """Let everything owed finish (replies, tools, deferred results), then close.
         Gives up waiting after ``timeout`` seconds and closes anyway."""
-        if self._turn_state_ is not None and not self._is_closing():
-            if self._activity is not None:
-                self._activity.discard_preemptive("draining")
-            await self._bounded(self._turn_state.nothing_open(), "draining", timeout)
+        ctx = self._ctx
+        if ctx is not None and self._turn_state_ is not None and not self._is_closing():
+            activity = self._activity
+            if activity is not None:
+                activity.discard_preemptive("draining")
+            await ctx.bounded(self._turn_state.nothing_open(), "draining", timeout)
         await self.aclose()
 
     async def __aenter__(self) -> AgentSession[Userdata]:
@@ -449,6 +348,8 @@ class AgentSession(Generic[Userdata]):
     # -------------------------------------------------------------- replies
 
     def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
+        _require(text, str, "say() text")
+        _require(allow_interruptions, (bool, type(None)), "allow_interruptions")
         if self._realtime is not None and self.tts is None:
             raise RuntimeError(
                 "say() speaks text through a TTS; this session's realtime model voices its "
@@ -465,6 +366,9 @@ class AgentSession(Generic[Userdata]):
         instructions: str | None = None,
         allow_interruptions: bool | None = None,
     ) -> SpeechHandle:
+        _require(user_input, (str, type(None)), "user_input")
+        _require(instructions, (str, type(None)), "instructions")
+        _require(allow_interruptions, (bool, type(None)), "allow_interruptions")
         if self._realtime is not None:
             self._running_activity()  # raises if the session is not running
             return self._realtime.generate_reply(instructions, user_input)
@@ -513,27 +417,52 @@ class AgentSession(Generic[Userdata]):
         )
 
     async def run(self, *, user_input: str) -> RunResult:
-        """Send ``user_input`` and wait for the whole reply; returns what happened."""
+        """Send ``user_input`` and wait until the turn is over: the agent owes nothing
+        more and is ``listening`` (the reply, its tool follow-ups and any handoff are
+        done; or an ``AgentTask`` asked something and waits for the user's answer, in
+        which case the reply resumes after a later input). Returns what happened."""
+        _require(user_input, str, "user_input")
         result = RunResult(user_input=user_input)
         handle = self.generate_reply(user_input=user_input)
         # Subscribed after the input was recorded, before the reply can produce anything.
         self._events.on("conversation_item_added", result._on_item)
         try:
-            await handle
+            await self._listening_again(handle)
         finally:
             self._events.off("conversation_item_added", result._on_item)
         return result
 
+    async def _listening_again(self, handle: SpeechHandle) -> None:
+        """Until the agent is ``listening`` (it never is while a reply is owed, so this
+        is the end of the turn), or the handle resolved while the session closed."""
+        loop = asyncio.get_running_loop()
+        over: asyncio.Future[None] = loop.create_future()
+
+        def check(_: object = None) -> None:
+            if not over.done() and (self.agent_state == "listening" or self._is_closing()):
+                over.set_result(None)
+
+        self._events.on("agent_state_changed", check)
+        self._events.on("close", check)
+        handle.add_done_callback(check)
+        try:
+            check()
+            await over
+        finally:
+            self._events.off("agent_state_changed", check)
+            self._events.off("close", check)
+
     def interrupt(self) -> asyncio.Future[None]:
         """Interrupt what the agent is saying; await the result to know it stopped."""
-        if self._activity is None:
+        activity = self._activity
+        if activity is None:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
-        self._activity.discard_preemptive("interrupted")
+        activity.discard_preemptive("interrupted")
         if self._realtime is not None:
             self._realtime.interrupt()
-        return self._activity.interrupt()
+        return activity.interrupt()
 
     @contextmanager
     def hold(self, label: str = "hold") -> Iterator[None]:
@@ -547,41 +476,32 @@ class AgentSession(Generic[Userdata]):
 
     # ------------------------------------------------------------- internal
 
-    def _running_activity(self) -> AgentActivity:
-        if self._activity is None or self._tg is None:
+    def _running_agents(self) -> AgentStack:
+        if self._agents is None or self._ctx is None or not self._ctx.running:
             raise RuntimeError("the session is not running (call start() first)")
         if self._is_closing():
             raise RuntimeError("the session is closing")
-        return self._activity
+        return self._agents
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """A task in the session's scope and context."""
-        if self._tg is None:
-            coro.close()
-            raise RuntimeError("the session is not running")
-        return self._tg.create_task(coro, context=self._context.copy())
+    def _running_activity(self) -> AgentActivity:
+        activity = self._running_agents().current
+        if activity is None:
+            raise RuntimeError("the session is not running (call start() first)")
+        return activity
 
     def _is_closing(self) -> bool:
         return self._close_task is not None
 
-    def _record(self, item: ChatItem, *, at: int | None = None) -> None:
-        """Append ``item`` (or insert it at index ``at``: speech recorded once played
-        goes where it began, before what the user said over it)."""
-        if at is None:
-            self._history.append(item)
-        else:
-            self._history.items.insert(at, item)
-        self._events.emit("conversation_item_added", ConversationItemAddedEvent(item))
 
-    def _emit_error(self, error: BaseException, *, source: str, recoverable: bool) -> None:
-        self._events.emit("error", ErrorEvent(error, source=source, recoverable=recoverable))
+def _require(value: object, kind: type | tuple[type, ...], what: str) -> None:
+    """A wrong-typed argument is the caller's bug: say so at the call site."""
+    # bool is an int; an int is never accepted where a bool is asked for, and vice versa.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        names = " or ".join(k.__name__ for k in _kinds(kind) if k is not type(None))
+        if type(None) in _kinds(kind):
+            names += " or None"
+        raise TypeError(f"{what} must be {names}, got {type(value).__name__}: {value!r:.60}")
 
-    async def _bounded(self, work: Any, what: str, limit: float | None = None) -> None:
-        limit = self.options.close_timeout if limit is None else limit
-        try:
-            await asyncio.wait_for(work, limit)
-        except TimeoutError:
-            logger.warning("%s took longer than %.1f s; going on without it", what, limit)
-        except Exception as exc:
-            logger.exception("%s failed", what)
-            self._emit_error(exc, source=what, recoverable=True)
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)

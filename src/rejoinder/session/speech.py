@@ -57,6 +57,8 @@ class SpeechHandle:
         self._reply_ob: Obligation | None = None
         self._on_discard: Callable[[], None] | None = None
         """Set by the scheduler: how to drop this speech while it is still queued."""
+        self._cutting = False
+        """Its output was cut (its agent paused for a task); its tools go on."""
 
     def __repr__(self) -> str:
         return f"<SpeechHandle {self.id} {self.source} done={self.done()}>"
@@ -110,6 +112,24 @@ class SpeechHandle:
             if self._on_discard is not None:
                 self._on_discard()
             self._mark_done()
+
+    def _cut(self) -> None:
+        """End this speech's output now, keeping its tool calls running (the agent
+        that said it was paused). What was heard is kept, marked interrupted."""
+        if self._cutting or self._playout.done() or self.done():
+            return
+        self._cutting = True
+        self._interrupted = True
+        if self._task is not None and self._started and not self._task.done():
+            self._task.cancel()
+
+    def _take_cut(self) -> bool:
+        """In the speech's task, on CancelledError: was it only our cut? Then the
+        cancellation is consumed and the speech goes on to its tools."""
+        if not self._cutting:
+            return False
+        task = asyncio.current_task()
+        return task is not None and task.uncancel() == 0
 
     def _mark_playout_done(self) -> None:
         if not self._playout.done():

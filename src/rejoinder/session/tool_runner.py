@@ -22,9 +22,8 @@ from .tools import FunctionTool
 
 if TYPE_CHECKING:
     from .agent import Agent
-    from .session import AgentSession
+    from .context import SessionContext
     from .speech import SpeechHandle
-    from .turn_state import TurnState
 
 logger = logging.getLogger("rejoinder")
 
@@ -64,14 +63,13 @@ class ToolRunner:
     def __init__(
         self,
         *,
-        session: AgentSession[Any],
-        state: TurnState,
+        ctx: SessionContext,
         owner: str,
         spawn: Callable[[Any], asyncio.Task[None]],
         on_final: Callable[[ToolCallRun, ToolOutcome], None],
     ) -> None:
-        self._session = session
-        self._state = state
+        self._ctx = ctx
+        self._state = ctx.state
         self._owner = owner
         self._spawn = spawn
         self._on_final = on_final
@@ -105,10 +103,10 @@ class ToolRunner:
                 run.first.set_result(ToolOutcome(_output(call, message), reply_required=True))
 
         context: RunContext[Any] = RunContext(
-            session=self._session, speech_handle=speech, function_call=call, release=release
+            session=self._ctx.session, speech_handle=speech, function_call=call, release=release
         )
         try:
-            outcome = await invoke_tool(self._session, call, tool, context)
+            outcome = await invoke_tool(self._ctx, call, tool, context)
         except asyncio.CancelledError:
             outcome = ToolOutcome(
                 _output(call, "the tool call was cancelled", error=True), reply_required=False
@@ -131,7 +129,7 @@ class ToolRunner:
 
 
 async def invoke_tool(
-    session: AgentSession[Any],
+    ctx: SessionContext,
     call: FunctionCall,
     tool: FunctionTool | None,
     context: RunContext[Any],
@@ -147,7 +145,7 @@ async def invoke_tool(
         return ToolOutcome(_output(call, exc.message, error=True), reply_required=True)
     except Exception as exc:
         logger.exception("tool %s failed", call.name)
-        session._emit_error(exc, source="tool", recoverable=True)
+        ctx.emit_error(exc, source="tool", recoverable=True)
         return ToolOutcome(
             _output(call, f"the tool {call.name} failed with an internal error", error=True),
             reply_required=True,

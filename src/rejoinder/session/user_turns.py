@@ -18,8 +18,8 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncIterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterable, Callable
+from typing import TYPE_CHECKING
 
 from ..models.stt import STT, StreamingSTT
 from .events import UserInputTranscribedEvent
@@ -27,7 +27,8 @@ from .events import UserInputTranscribedEvent
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
     from ..models.vad import VAD, VADEvent
-    from .session import AgentSession
+    from .activity import AgentActivity
+    from .context import SessionContext
     from .speech import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
@@ -37,8 +38,20 @@ _SENTENCE_FINAL = re.compile(r"[.!?…]['\")\]]*\s*$")
 
 
 class UserTurns:
-    def __init__(self, session: AgentSession[Any], vad: VAD, stt: STT) -> None:
-        self._session = session
+    def __init__(
+        self,
+        ctx: SessionContext,
+        vad: VAD,
+        stt: STT,
+        *,
+        current: Callable[[], AgentActivity | None],
+        on_turn: Callable[[str], None],
+    ) -> None:
+        self._ctx = ctx
+        self._options = ctx.options
+        self._current = current
+        """The current agent's activity (the agent stack decides which one)."""
+        self._on_turn = on_turn
         self._vad = vad.stream()
         self._stt = stt
         self._streaming = isinstance(stt, StreamingSTT)
@@ -54,7 +67,7 @@ class UserTurns:
         self._resume_timer: asyncio.TimerHandle | None = None
         self._paused: SpeechHandle | None = None
         self._awaiting_words: SpeechHandle | None = None
-        self.manual = session.options.turn_detection == "manual"
+        self.manual = ctx.options.turn_detection == "manual"
 
     # ------------------------------------------------------------ the frame path
 
@@ -88,9 +101,9 @@ class UserTurns:
         self._utterance[:0] = self._preroll
         self._preroll.clear()
         self._preroll_seconds = 0.0
-        state = self._session._turn_state
+        state = self._ctx.state
         state.set_user_speaking(True)
-        activity = self._session._activity
+        activity = self._current()
         if activity is not None:
             activity.discard_preemptive("the user went on speaking")
         self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
@@ -99,8 +112,8 @@ class UserTurns:
         speech = self._interruptible_speech()
         if speech is None:
             return
-        audio = self._session.output.audio
-        options = self._session.options
+        audio = self._ctx.output.audio
+        options = self._options
         reply = speech._reply_ob
         if (
             options.resume_false_interruption
@@ -120,14 +133,14 @@ class UserTurns:
         )
 
     def _speech_ended(self, event: VADEvent) -> None:
-        self._session._turn_state.set_user_speaking(False)
+        self._ctx.state.set_user_speaking(False)
         # Too short to interrupt (or, with min_interruption_words, no words yet): maybe
         # only a noise. A paused reply resumes unless words arrive before the timeout.
         self._cancel(self._barge_in_timer)
         self._barge_in_timer = None
         if self._paused is not None:
             self._resume_timer = asyncio.get_running_loop().call_later(
-                self._session.options.false_interruption_timeout, self._resume_paused
+                self._options.false_interruption_timeout, self._resume_paused
             )
         frames, self._utterance = self._utterance, []
         # The user stopped when the silence began, not when the VAD was sure of it.
@@ -137,7 +150,7 @@ class UserTurns:
     # ------------------------------------------------------------ interruptions
 
     def _interruptible_speech(self) -> SpeechHandle | None:
-        activity = self._session._activity
+        activity = self._current()
         if activity is None:
             return None
         speech = activity.current_speech
@@ -147,14 +160,14 @@ class UserTurns:
 
     def _barge_in_due(self, speech: SpeechHandle) -> None:
         self._barge_in_timer = None
-        needed = self._session.options.min_interruption_duration - self._vad.speech_seconds
+        needed = self._options.min_interruption_duration - self._vad.speech_seconds
         if needed > 1e-6 and self._vad.speaking:
             # The user paused within the utterance: only speech counts toward the rule.
             self._barge_in_timer = asyncio.get_running_loop().call_later(
                 needed, self._barge_in_due, speech
             )
             return
-        if self._session.options.min_interruption_words > 0:
+        if self._options.min_interruption_words > 0:
             self._awaiting_words = speech  # long enough; now it takes words too
             return
         self._interrupt(speech)
@@ -171,15 +184,15 @@ class UserTurns:
         if speech is None or speech.done() or speech._reply_ob is None:
             return
         logger.info("false interruption: resuming %s", speech.id)
-        audio = self._session.output.audio
+        audio = self._ctx.output.audio
         if audio is not None:
             audio.resume()
-        self._session._turn_state.set_yielded(speech._reply_ob, False)
+        self._ctx.state.set_yielded(speech._reply_ob, False)
 
     def _words_heard(self, text: str) -> None:
         """Words settle a pending interruption: the user was not just a noise."""
         words = len(text.split())
-        if words == 0 or words < self._session.options.min_interruption_words:
+        if words == 0 or words < self._options.min_interruption_words:
             return
         target = self._awaiting_words or self._paused
         if target is not None:
@@ -191,40 +204,40 @@ class UserTurns:
 
     def _on_interim(self, text: str) -> None:
         self._interim = text
-        self._session._events.emit(
+        self._ctx.events.emit(
             "user_input_transcribed", UserInputTranscribedEvent(text, is_final=False)
         )
         self._words_heard(text)
 
     def _speculate(self, text: str) -> None:
-        activity = self._session._activity
+        activity = self._current()
         if activity is not None:
             activity.start_preemptive(text)
 
     def _recognize(self, frames: list[AudioFrame]) -> None:
-        if not frames or self._session._is_closing():
+        if not frames or self._ctx.closing:
             return
         self._recognizing += 1
         # In the session's scope: an utterance outlives a handoff.
-        self._session._spawn(self._recognize_utterance(frames))
+        self._ctx.spawn(self._recognize_utterance(frames))
 
     async def _recognize_utterance(self, frames: list[AudioFrame]) -> None:
         try:
             text = (await self._stt.recognize(frames)).strip()
         except Exception as exc:
             logger.warning("speech recognition failed: %s", exc)
-            self._session._emit_error(exc, source="stt", recoverable=True)
+            self._ctx.emit_error(exc, source="stt", recoverable=True)
             text = ""
         finally:
             self._recognizing -= 1
         self._interim = ""
         if text:
-            self._session._events.emit(
+            self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
             self._transcript.append(text)
             self._words_heard(text)
-            if self._session.options.preemptive_generation and not self._vad.speaking:
+            if self._options.preemptive_generation and not self._vad.speaking:
                 self._speculate(" ".join(self._transcript))
         if not self.manual:
             self._schedule_commit()
@@ -234,7 +247,7 @@ class UserTurns:
         transcript reads as finished, ``max_endpointing_delay`` when it trails off."""
         if self._vad.speaking or self._recognizing or not self._transcript:
             return
-        options = self._session.options
+        options = self._options
         finished = _SENTENCE_FINAL.search(self._transcript[-1]) is not None
         delay = options.min_endpointing_delay if finished else options.max_endpointing_delay
         loop = asyncio.get_running_loop()
@@ -249,7 +262,7 @@ class UserTurns:
         text = " ".join(self._transcript).strip() or self._interim.strip()
         self._transcript, self._interim = [], ""
         if text:
-            self._session._user_turn_completed(text)
+            self._on_turn(text)
 
     def clear(self) -> None:
         """Forget the turn in progress (audio, transcripts)."""

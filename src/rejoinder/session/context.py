@@ -1,0 +1,152 @@
+"""SessionContext: what the parts of a session may touch, and nothing more.
+
+The agent stack, each agent's activity, the tool runner, the user-turn detector and the
+realtime driver are handed this object instead of the ``AgentSession``: the floor driver
+(``state``), the event emitter, the history, the options, the output slots, the models,
+and the session's task scope. What a part may do is visible from what it is handed
+(STYLE.md 11). ``session`` is the public object, only for user code that a part calls
+(a tool's ``RunContext.session``, ``Agent.session``); parts never use its privates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..models import LLM, ChatContext, ChatItem
+from .events import ConversationItemAddedEvent, ErrorEvent, EventEmitter
+from .turn_state import TurnState
+
+if TYPE_CHECKING:
+    from ..models.text import TextOutput
+    from ..models.tts import TTS
+    from .session import AgentSession
+    from .tools import FunctionTool
+
+logger = logging.getLogger("rejoinder")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    allow_interruptions: bool
+    min_interruption_duration: float
+    min_endpointing_delay: float
+    max_endpointing_delay: float
+    preemptive_generation: bool
+    user_away_timeout: float | None
+    max_tool_steps: int
+    close_timeout: float
+    turn_detection: Literal["vad", "manual"]
+    min_interruption_words: int
+    resume_false_interruption: bool
+    false_interruption_timeout: float
+    answer_timeout: float
+
+
+class SessionInput:
+    def __init__(self) -> None:
+        self.audio: Any = None
+
+
+class SessionOutput:
+    def __init__(self) -> None:
+        self.audio: Any = None
+        self.transcription: TextOutput | None = None
+
+
+class SessionContext:
+    def __init__(
+        self,
+        *,
+        session: AgentSession[Any],
+        state: TurnState,
+        events: EventEmitter,
+        history: ChatContext,
+        options: SessionOptions,
+        output: SessionOutput,
+        tools: Sequence[FunctionTool],
+        context: contextvars.Context,
+    ) -> None:
+        self.session = session
+        self.state = state
+        self.events = events
+        self.history = history
+        self.options = options
+        self.output = output
+        self.tools = tools
+        """Session-scoped tools, offered to every agent."""
+        self._context = context
+        self._tg: asyncio.TaskGroup | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------- models
+
+    @property
+    def llm(self) -> object:
+        return self.session.llm
+
+    @property
+    def chat_llm(self) -> LLM | None:
+        """The session's model when it is a chat model (a realtime one voices itself)."""
+        llm = self.session.llm
+        return llm if isinstance(llm, LLM) else None
+
+    @property
+    def tts(self) -> TTS | None:
+        return self.session.tts
+
+    # ---------------------------------------------------------- the scope
+
+    def open_scope(self, tg: asyncio.TaskGroup) -> None:
+        self._tg = tg
+
+    def close_scope(self) -> None:
+        self._tg = None
+
+    @property
+    def running(self) -> bool:
+        return self._tg is not None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def mark_closing(self) -> None:
+        self._closing = True
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task in the session's scope and context (it outlives any one agent)."""
+        if self._tg is None:
+            coro.close()
+            raise RuntimeError("the session is not running")
+        return self._tg.create_task(coro, context=self._context.copy())
+
+    # --------------------------------------------------------- the record
+
+    def record(self, item: ChatItem, *, at: int | None = None) -> None:
+        """Append ``item`` to the history (or insert it at index ``at``: speech recorded
+        once played goes where it began, before what the user said over it)."""
+        if at is None:
+            self.history.append(item)
+        else:
+            self.history.items.insert(at, item)
+        self.events.emit("conversation_item_added", ConversationItemAddedEvent(item))
+
+    def emit_error(self, error: BaseException, *, source: str, recoverable: bool) -> None:
+        self.events.emit("error", ErrorEvent(error, source=source, recoverable=recoverable))
+
+    async def bounded(self, work: Any, what: str, limit: float | None = None) -> None:
+        """Await ``work`` for at most ``limit`` seconds (``close_timeout`` by default);
+        a timeout or a failure is logged (and reported) and the caller goes on."""
+        limit = self.options.close_timeout if limit is None else limit
+        try:
+            await asyncio.wait_for(work, limit)
+        except TimeoutError:
+            logger.warning("%s took longer than %.1f s; going on without it", what, limit)
+        except Exception as exc:
+            logger.exception("%s failed", what)
+            self.emit_error(exc, source=what, recoverable=True)
