@@ -13,17 +13,34 @@ if TYPE_CHECKING:
 
 
 class Agent:
+    """An assistant: instructions, tools and hooks.
+
+    ``instructions`` may also be given as a class attribute, so a subclass needs no
+    ``__init__``::
+
+        class Assistant(rj.Agent):
+            instructions = "You are a helpful assistant."
+    """
+
     def __init__(
         self,
         *,
-        instructions: str,
+        instructions: str | None = None,
         tools: Sequence[FunctionTool] = (),
         chat_ctx: ChatContext | None = None,
         llm: LLM | None = None,
         allow_interruptions: bool | None = None,
         id: str | None = None,
     ) -> None:
-        self.instructions = instructions
+        if instructions is None:
+            instructions = getattr(type(self), "instructions", None)
+        if not isinstance(instructions, str):
+            raise TypeError(
+                f"{type(self).__name__} needs instructions: pass instructions='...' to "
+                "Agent.__init__, or set them as a class attribute"
+                + ("" if instructions is None else f" (got {type(instructions).__name__})")
+            )
+        self.instructions: str = instructions
         self.id = id or type(self).__name__
         self.llm = llm
         self.allow_interruptions = allow_interruptions
