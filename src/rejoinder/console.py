@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from .demo import MAX_TIMER_SECONDS, DemoAgent, DemoLLM
 from .io.text import TextOutput
-from .models import LLM, ChatMessage, FunctionCall, FunctionCallOutput
+from .models import LLM, FunctionCall, FunctionCallOutput
 from .session import (
     Agent,
     AgentSession,
@@ -339,58 +339,15 @@ class _Conversation:
         # The partial reply line is ended first, then the user's line, then the statuses.
         self._show_user(text)
         self._console.status(self.since_start(), "interrupting the reply")
-        await self._interrupt_and_reply(text, interruptible)
+        await self._interrupt_and_reply(text)
 
-    async def _interrupt_and_reply(self, text: str, stopped: list[SpeechHandle]) -> None:
-        """``session.interrupt()``, then ``generate_reply(user_input=text)``, timed so that
-        the agent goes straight from the interrupted reply to the new one (it owes the
-        user an answer the whole time) and the history still reads "what the interrupted
-        reply left on record, then the user's message".
-
-        Once stopped, the interrupted replies put on record what was shown of the one
-        being delivered, and an output for each of their calls still unanswered. The new
-        reply is asked for as soon as the last of those is recorded (before the stopped
-        reply lets go of the floor), or at once when there are none; if something else
-        happens, once they have all stopped."""
-        session = self._session
-        delivering = session.current_speech
-        shown = delivering in stopped and session.agent_state == "speaking"
-        calls = {i.call_id for h in stopped for i in h.chat_items if isinstance(i, FunctionCall)}
-        calls -= {
-            i.call_id for h in stopped for i in h.chat_items if isinstance(i, FunctionCallOutput)
-        }
-        asked = False
-
-        def ask_when_recorded() -> None:
-            nonlocal asked
-            if not asked and not shown and not calls:
-                asked = True
-                session.generate_reply(user_input=text)
-
-        def on_item(ev: ConversationItemAddedEvent) -> None:
-            nonlocal shown
-            item = ev.item
-            if isinstance(item, FunctionCallOutput):
-                calls.discard(item.call_id)
-            elif (
-                shown
-                and delivering is not None
-                and isinstance(item, ChatMessage)
-                and item.interrupted
-                and any(x is item for x in delivering.chat_items)
-            ):
-                shown = False
-            ask_when_recorded()
-
-        session.on("conversation_item_added", on_item)
-        try:
-            stopping = session.interrupt()
-            ask_when_recorded()
-            await stopping
-        finally:
-            session.off("conversation_item_added", on_item)
-        shown, calls = False, set()
-        ask_when_recorded()
+    async def _interrupt_and_reply(self, text: str) -> None:
+        """Interrupt and reply in the same step: the new reply is owed before the
+        interrupted one lets go, so the agent never reports ``listening`` in between;
+        the session records the interrupted reply where it began, before this line."""
+        stopping = self._session.interrupt()
+        self._session.generate_reply(user_input=text)
+        await stopping
 
 
 def _describe_item(event: ConversationItemAddedEvent) -> tuple[str, str] | None:

@@ -549,3 +549,54 @@ async def test_run_returns_when_a_task_waits_for_the_user(make_session: MakeSess
     second = await asyncio.wait_for(h.session.run(user_input="ada@example.com"), BOUND)
     assert second.final_output == "Done: signed up ada@example.com."
     assert h.session.current_agent.id == "front"
+
+
+# ------------------------------------------------------- the record keeps turn order
+
+
+async def test_a_message_sent_while_a_reply_plays_is_recorded_after_it(
+    make_session: MakeSession,
+) -> None:
+    llm = ScriptedLLM([["Important ", Delay(1.0), "notice."], ["Sure."]])
+    h = await make_session(llm)
+    h.session.generate_reply(user_input="hi", allow_interruptions=False)
+    await advance(0.5)
+    h.session.generate_reply(user_input="stop")
+    await advance(5.0)
+    seen = [(i.role, i.content) for i in llm.calls[1].chat_ctx.items[1:]]  # type: ignore[union-attr]
+    assert seen == [("user", "hi"), ("assistant", "Important notice."), ("user", "stop")]
+    history = [(i.role, i.content) for i in h.session.history.items]  # type: ignore[union-attr]
+    assert history == [*seen, ("assistant", "Sure.")]
+
+
+async def test_interrupt_then_reply_records_the_cut_reply_first_and_never_listens(
+    make_session: MakeSession,
+) -> None:
+    @rj.function_tool
+    async def lookup() -> str:
+        """Look up."""
+        await advance(2.0)
+        return "found"
+
+    llm = ScriptedLLM([["Let me", ToolCall("lookup"), Delay(1.0), " look."], ["Stopped."]])
+    h = await make_session(llm, rj.Agent(instructions="t", tools=[lookup]))
+    h.session.generate_reply(user_input="find it")
+    await advance(0.5)
+    t0 = now()
+    h.session.interrupt()
+    h.session.generate_reply(user_input="stop")
+    await advance(5.0)
+    states = h.timeline.agent_states(since=t0)
+    assert states == ["speaking", "thinking", "speaking", "listening"], h.timeline.describe()
+    kinds = [
+        (type(i).__name__, getattr(i, "role", None), getattr(i, "interrupted", None))
+        for i in llm.calls[1].chat_ctx.items[1:]
+    ]
+    # The cut reply where it began; the interrupted call, paired with its output, after.
+    assert kinds == [
+        ("ChatMessage", "user", False),
+        ("ChatMessage", "assistant", True),
+        ("ChatMessage", "user", False),
+        ("FunctionCall", None, None),
+        ("FunctionCallOutput", None, None),
+    ], kinds

@@ -22,7 +22,6 @@ from ..floor import Obligation, ObligationKind
 from ..models import (
     LLM,
     ChatChunk,
-    ChatContext,
     ChatItem,
     ChatMessage,
     FunctionCall,
@@ -33,6 +32,7 @@ from ..models import (
 from ..models.chat import new_id
 from ..models.tts import TTSError
 from .agent import Agent
+from .agent_record import AgentRecord
 from .context import SessionContext
 from .delivery import Delivery, OutputError, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
@@ -84,7 +84,7 @@ class AgentActivity:
         """The activity's scope, once the agent stack started it."""
         self.stopped: asyncio.Future[None] | None = None
         """Set by the agent stack while this agent leaves."""
-        self._system_message: ChatMessage | None = None
+        self._record = AgentRecord(agent, ctx)
         self._speculation = Speculation(self._state, self.id, self._spawn)
         self._tools = ToolRunner(
             ctx=ctx,
@@ -318,6 +318,7 @@ class AgentActivity:
 
     async def _run_speech(self, speech: SpeechHandle) -> None:
         speech._started = True
+        speech._began = self._record.mark()
         reply = speech._reply_ob
         assert reply is not None
         delivery = self._new_delivery(reply)
@@ -376,7 +377,7 @@ class AgentActivity:
         started = loop.time()
         first_token: float | None = None
         stream = self._prepared_stream(request, tools) or llm.chat(
-            self._chat_context(request.instructions),
+            self._record.model_context(request.instructions),
             [t.definition for t in tools.values()],
             "auto" if tools else "none",
         )
@@ -425,7 +426,7 @@ class AgentActivity:
         tools = self._offered_tools(0)
         items = list(self.agent.chat_ctx.items)
         key = speculation_key(user_text, items, self.agent.instructions, tools)
-        context = self._chat_context(None).items
+        context = self._record.model_context(None).items
         self._speculation.start(llm, key, context, user_text, tools)
 
     def discard_preemptive(self, reason: str) -> None:
@@ -480,7 +481,8 @@ class AgentActivity:
         heard = delivery.heard()
         if heard:
             message = ChatMessage(role="assistant", content=heard, interrupted=interrupted)
-            self._commit(message, speech)
+            # Where the speech began: before what the user said while it played.
+            self._record.commit(message, speech, at=speech._began)
         self._state.close(reply, "interrupted" if interrupted else "played")
         speech._mark_playout_done()
 
@@ -620,24 +622,11 @@ class AgentActivity:
 
     # ------------------------------------------------------------ the record
 
-    def _chat_context(self, instructions: str | None) -> ChatContext:
-        if self._system_message is None or self._system_message.content != self.agent.instructions:
-            self._system_message = ChatMessage(role="system", content=self.agent.instructions)
-        items: list[ChatItem] = [self._system_message, *self.agent.chat_ctx.items]
-        if instructions:
-            items.append(ChatMessage(role="system", content=instructions))
-        return ChatContext(items)
-
     def _commit(self, item: ChatItem, speech: SpeechHandle | None) -> None:
-        self.agent.chat_ctx.append(item)
-        if speech is not None:
-            speech.chat_items.append(item)
-        self._ctx.record(item)
+        self._record.commit(item, speech)
 
     def add_user_message(self, text: str) -> ChatMessage:
-        message = ChatMessage(role="user", content=text)
-        self._commit(message, None)
-        return message
+        return self._record.add_user_message(text)
 
 
 def _error_source(exc: Exception) -> str:

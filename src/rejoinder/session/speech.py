@@ -12,6 +12,7 @@ from ..models.chat import new_id
 
 if TYPE_CHECKING:
     from ..floor import Obligation
+    from .agent_record import Mark
     from .preemptive import Preemptive
 
 
@@ -57,6 +58,8 @@ class SpeechHandle:
         self._reply_ob: Obligation | None = None
         self._on_discard: Callable[[], None] | None = None
         """Set by the scheduler: how to drop this speech while it is still queued."""
+        self._began: Mark | None = None
+        """Where the record stood when this speech began (its text goes there)."""
         self._cutting = False
         """Its output was cut (its agent paused for a task); its tools go on."""
 
