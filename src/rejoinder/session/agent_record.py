@@ -94,4 +94,3 @@ def _after(items: list[ChatItem], anchor: ChatItem | None) -> int:
 
 def _is_user_turn(item: ChatItem) -> bool:
     return isinstance(item, ChatMessage) and item.role == "user"
-
