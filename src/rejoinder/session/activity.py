@@ -10,8 +10,6 @@ does what it is told: enter, pause (a task is current), resume, wind down (it le
 from __future__ import annotations
 
 import asyncio
-import functools
-import heapq
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -38,6 +36,7 @@ from .delivery import Delivery, OutputError, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
 from .preemptive import Preemptive, Speculation, speculation_key
 from .speech import ReplyRequest, SpeechHandle
+from .speech_queue import FOLLOW_UP, NORMAL, SpeechQueue
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
 from .tools import FunctionTool
 
@@ -46,8 +45,6 @@ HandOff = Callable[[Agent, Sequence[Obligation]], Awaitable[None]]
 
 logger = logging.getLogger("rejoinder")
 
-_FOLLOW_UP = 0  # tool follow-ups continue the reply in progress: they go first
-_NORMAL = 1
 _ids = itertools.count(1)
 
 
@@ -66,16 +63,8 @@ class AgentActivity:
         self._state = ctx.state
         self._hand_off = hand_off
         self._on_enter_failed = on_enter_failed
-        self._queue: list[tuple[int, int, SpeechHandle]] = []
-        self._seq = itertools.count()
-        self._wake = asyncio.Event()
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._speeches = SpeechQueue()
         self._deferred: list[Obligation] = []
-        self._current: SpeechHandle | None = None
-        """The speech whose output is being delivered."""
-        self._running: set[SpeechHandle] = set()
-        """Speeches whose task runs: delivering output, or waiting on their tools."""
         self._tg: asyncio.TaskGroup | None = None
         self._closed = False
         self.entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -136,7 +125,7 @@ class AgentActivity:
                 len(self._deferred),
             )
         self.discard_preemptive("the agent stopped")
-        self._drop_queue()
+        self._speeches.drop()
         self._state.remove_owner(self.id)
 
     def wind_down(self, *, finish_audible: bool = True) -> asyncio.Future[None] | None:
@@ -144,10 +133,10 @@ class AgentActivity:
         is dropped (resolved as interrupted), and the speech the user is hearing may
         finish (unless the session is closing). Returns that speech's playout."""
         self._closed = True
-        self._resumed.set()  # a paused caller that leaves must not hold its scope open
+        self._speeches.resume()  # a paused caller that leaves must not hold its scope open
         self.discard_preemptive("the agent left")
-        self._drop_queue()
-        speech = self._current
+        self._speeches.drop()
+        speech = self._speeches.current
         if speech is None or speech._playout.done():
             return None
         reply = speech._reply_ob
@@ -159,20 +148,20 @@ class AgentActivity:
         """A task is current: deliver nothing until ``resume``. The speech being
         delivered is cut (what was heard is kept, marked interrupted); its tools go on,
         and their follow-up waits for the resume. Returns the cut speech's playout."""
-        self._resumed.clear()
+        self._speeches.pause()
         self.discard_preemptive("a task started")
-        speech = self._current
+        speech = self._speeches.current
         if speech is None or speech._playout.done():
             return None
         speech._cut()
         return speech._playout
 
     def resume(self) -> None:
-        self._resumed.set()
+        self._speeches.resume()
 
     @property
     def current_speech(self) -> SpeechHandle | None:
-        return self._current
+        return self._speeches.current
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         if self._tg is None:
@@ -215,7 +204,7 @@ class AgentActivity:
         user_initiated: bool = False,
         hand_over_from: list[Obligation] | None = None,
         uncommit: list[Obligation] | None = None,
-        priority: int = _NORMAL,
+        priority: int = NORMAL,
     ) -> SpeechHandle:
         if self._closed:
             raise RuntimeError(f"{self.agent.id} is no longer the current agent")
@@ -240,79 +229,32 @@ class AgentActivity:
             self._state.open_new(reply, on_expire=expire)
         handle._reply_ob = reply
         handle._on_discard = lambda: self._state.close(reply, "discarded")
-        heapq.heappush(self._queue, (priority, next(self._seq), handle))
-        self._wake.set()
+        self._speeches.push(handle, priority)
         self._ctx.events.emit("speech_created", SpeechCreatedEvent(handle, source, user_initiated))
         return handle
 
     def interrupt(self) -> asyncio.Future[None]:
-        """Interrupt every speech that allows it: queued ones are dropped, the one being
-        delivered stops, and ones still waiting on their tools are cancelled with them.
-        The future resolves once those speeches have stopped."""
-        stopping: list[asyncio.Task[None]] = []
-        for handle in [*(queued for _, _, queued in self._queue), *self._running]:
-            if handle.done() or not handle.allow_interruptions:
-                continue
-            handle._interrupt()
-            if handle._task is not None and not handle._task.done():
-                stopping.append(handle._task)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        remaining = len(stopping)
-
-        def one_stopped(_: object) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if remaining == 0 and not waiter.done():
-                waiter.set_result(None)
-
-        if not stopping:
-            waiter.set_result(None)
-        for task in stopping:
-            task.add_done_callback(one_stopped)
-        return waiter
-
-    def _drop_queue(self) -> None:
-        while self._queue:
-            _, _, handle = heapq.heappop(self._queue)
-            handle._interrupt()
-
-    def _next_speech(self) -> SpeechHandle | None:
-        while self._queue:
-            _, _, handle = heapq.heappop(self._queue)
-            if not handle.done():
-                return handle
-        return None
+        """Interrupt every speech that allows it (see ``SpeechQueue.interrupt``)."""
+        return self._speeches.interrupt()
 
     async def _schedule_forever(self) -> None:
-        while True:
-            await self._resumed.wait()
-            speech = self._next_speech()
-            if speech is None:
-                if self._deferred and not self._closed:
-                    self._create_deferred_reply()
-                    continue
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            self._current = speech
-            task = speech._task = self._spawn(self._run_speech(speech))
-            self._running.add(speech)
-            task.add_done_callback(functools.partial(self._speech_ended, speech))
-            try:
-                # The next speech may start once this one's output has ended. Its tools
-                # run on (their obligations keep the state true) while the floor is free:
-                # for a say() from inside a tool, or the answer to a new user message.
-                await asyncio.wait((task, speech._playout), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                self._current = None
+        await self._speeches.run(
+            lambda speech: self._spawn(self._run_speech(speech)),
+            self._queue_deferred_reply,
+            self._never_started,
+        )
 
-    def _speech_ended(self, speech: SpeechHandle, _: object) -> None:
-        self._running.discard(speech)
-        if not speech._started and not speech.done():
-            # Cancelled before its first step: _run_speech never ran its cleanup.
-            if speech._reply_ob is not None:
-                self._state.close(speech._reply_ob, "interrupted")
-            speech._mark_done()
+    def _queue_deferred_reply(self) -> bool:
+        if self._deferred and not self._closed:
+            self._create_deferred_reply()
+            return True
+        return False
+
+    def _never_started(self, speech: SpeechHandle) -> None:
+        # Cancelled before its first step: _run_speech never ran its cleanup.
+        if speech._reply_ob is not None:
+            self._state.close(speech._reply_ob, "interrupted")
+        speech._mark_done()
 
     # ----------------------------------------------------------- one speech
 
@@ -421,7 +363,7 @@ class AgentActivity:
     def start_preemptive(self, user_text: str) -> None:
         """Start generating a reply to ``user_text`` before the user's turn has ended."""
         llm = self._chat_llm()
-        if llm is None or self._tg is None or self._closed or not self._resumed.is_set():
+        if llm is None or self._tg is None or self._closed or self._speeches.paused:
             return
         tools = self._offered_tools(0)
         items = list(self.agent.chat_ctx.items)
@@ -572,7 +514,7 @@ class AgentActivity:
             allow_interruptions=speech.allow_interruptions,
             hand_over_from=finished,
             uncommit=background,
-            priority=_FOLLOW_UP,
+            priority=FOLLOW_UP,
         )
         speech._chain(follow_up)
         return True
@@ -608,7 +550,7 @@ class AgentActivity:
         deferred = self._state.new(ObligationKind.DEFERRED_REPLY, self.id, label=run.call.name)
         self._state.hand_over(run.obligation, deferred)
         self._deferred.append(deferred)
-        self._wake.set()
+        self._speeches.wake()
 
     def _deliver_pending_final(self, run: ToolCallRun) -> None:
         if run.pending_final is not None:

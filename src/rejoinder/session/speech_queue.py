@@ -1,0 +1,122 @@
+"""SpeechQueue: an agent's speeches, delivered one at a time in priority order.
+
+The next speech starts once the one before has ended its *output*; tools of earlier
+speeches run on meanwhile (their obligations keep the state true). Tool follow-ups go
+first: they continue the reply in progress. The queue can be paused (its agent waits on
+a task) and knows which speech is being delivered and which still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import heapq
+import itertools
+from collections.abc import Callable
+
+from .speech import SpeechHandle
+
+FOLLOW_UP = 0
+NORMAL = 1
+
+StartSpeech = Callable[[SpeechHandle], asyncio.Task[None]]
+OnIdle = Callable[[], bool]
+"""Called when nothing is queued: may queue something (a deferred reply); returns
+whether it did."""
+OnUnstarted = Callable[[SpeechHandle], None]
+"""A speech whose task was cancelled before its first step: resolve it."""
+
+
+class SpeechQueue:
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, SpeechHandle]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self.current: SpeechHandle | None = None
+        """The speech whose output is being delivered."""
+        self._running: set[SpeechHandle] = set()
+        """Speeches whose task runs: delivering output, or waiting on their tools."""
+
+    @property
+    def paused(self) -> bool:
+        return not self._resumed.is_set()
+
+    def push(self, handle: SpeechHandle, priority: int = NORMAL) -> None:
+        heapq.heappush(self._heap, (priority, next(self._seq), handle))
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Something may be ready to queue (a deferred result landed)."""
+        self._wake.set()
+
+    def pause(self) -> None:
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+    def drop(self) -> None:
+        """Every queued speech is resolved as interrupted (it was never heard)."""
+        while self._heap:
+            _, _, handle = heapq.heappop(self._heap)
+            handle._interrupt()
+
+    def interrupt(self) -> asyncio.Future[None]:
+        """Interrupt every speech that allows it: queued ones are dropped, the one being
+        delivered stops, and ones still waiting on their tools are cancelled with them.
+        The future resolves once those speeches have stopped."""
+        stopping: list[asyncio.Task[None]] = []
+        for handle in [*(queued for _, _, queued in self._heap), *self._running]:
+            if handle.done() or not handle.allow_interruptions:
+                continue
+            handle._interrupt()
+            if handle._task is not None and not handle._task.done():
+                stopping.append(handle._task)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        remaining = len(stopping)
+
+        def one_stopped(_: object) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0 and not waiter.done():
+                waiter.set_result(None)
+
+        if not stopping:
+            waiter.set_result(None)
+        for task in stopping:
+            task.add_done_callback(one_stopped)
+        return waiter
+
+    async def run(self, start: StartSpeech, on_idle: OnIdle, on_unstarted: OnUnstarted) -> None:
+        """Deliver speeches forever (until cancelled with the agent's scope)."""
+        while True:
+            await self._resumed.wait()
+            speech = self._next()
+            if speech is None:
+                if on_idle():
+                    continue
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self.current = speech
+            task = speech._task = start(speech)
+            self._running.add(speech)
+            task.add_done_callback(functools.partial(self._ended, speech, on_unstarted))
+            try:
+                await asyncio.wait((task, speech._playout), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self.current = None
+
+    def _next(self) -> SpeechHandle | None:
+        while self._heap:
+            _, _, handle = heapq.heappop(self._heap)
+            if not handle.done():
+                return handle
+        return None
+
+    def _ended(self, speech: SpeechHandle, on_unstarted: OnUnstarted, _: object) -> None:
+        self._running.discard(speech)
+        if not speech._started and not speech.done():
+            on_unstarted(speech)
