@@ -600,3 +600,42 @@ async def test_interrupt_then_reply_records_the_cut_reply_first_and_never_listen
         ("FunctionCall", None, None),
         ("FunctionCallOutput", None, None),
     ], kinds
+
+
+async def test_f9_a_component_failing_inside_a_task_does_not_kill_the_session() -> None:
+    """A VAD that raises on a frame (a bug in a plug-in): the microphone side stops with
+    an error event; the session, and typed input, go on."""
+    from rejoinder.testing import MemoryAudioInput, ScriptedSTT, ScriptedVAD, speech_frame
+
+    class BrokenVAD(ScriptedVAD):
+        def stream(self) -> Any:
+            class Broken:
+                speaking = False
+                speech_seconds = 0.0
+
+                def push(self, frame: Any) -> Any:
+                    raise ZeroDivisionError("vad bug")
+
+            return Broken()
+
+    mic = MemoryAudioInput(16000)
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=ScriptedLLM([["Typed answer."]]),
+        vad=BrokenVAD(),
+        stt=ScriptedSTT(["x"]),
+        user_away_timeout=None,
+    )
+    session.input.audio = mic
+    errors: list[rj.ErrorEvent] = []
+    session.on("error", errors.append)
+    await session.start(rj.Agent(instructions="t"))
+    try:
+        await mic.push(speech_frame(0.02))
+        await advance(0.1)
+        assert [(e.source, type(e.error).__name__) for e in errors] == [
+            ("internal", "ZeroDivisionError")
+        ]
+        result = await asyncio.wait_for(session.run(user_input="hello"), BOUND)
+        assert result.final_output == "Typed answer."
+    finally:
+        await session.aclose()

@@ -92,7 +92,7 @@ async def test_two_quick_update_agent_calls_leave_one_activity(make_session: Mak
     activities = [
         t
         for t in asyncio.all_tasks()
-        if not t.done() and getattr(t.get_coro(), "__qualname__", "") == "AgentActivity.run"
+        if not t.done() and t.get_name() == "AgentActivity.run"
     ]
     assert len(activities) == 1, activities
 

@@ -167,7 +167,7 @@ class AgentActivity:
         if self._tg is None:
             coro.close()
             raise RuntimeError(f"{self.agent.id} is not running")
-        return self._tg.create_task(coro)
+        return self._tg.create_task(self._ctx.guarded(coro), name=coro.__qualname__)
 
     async def _enter(self, entering: Obligation | None) -> None:
         try:

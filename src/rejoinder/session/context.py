@@ -123,7 +123,19 @@ class SessionContext:
         if self._tg is None:
             coro.close()
             raise RuntimeError("the session is not running")
-        return self._tg.create_task(coro, context=self._context.copy())
+        return self._tg.create_task(
+            self.guarded(coro), name=coro.__qualname__, context=self._context.copy()
+        )
+
+    async def guarded(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro``; a failure that escapes it (a bug of ours or in an application
+        callback) is reported as an ``error`` event (source ``internal``) instead of
+        tearing down the task scope, and with it the whole session."""
+        try:
+            await coro
+        except Exception as exc:
+            logger.exception("a session task failed: %s", coro)
+            self.emit_error(exc, source="internal", recoverable=True)
 
     # --------------------------------------------------------- the record
 
