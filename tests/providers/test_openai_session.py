@@ -122,3 +122,19 @@ async def test_provider_failures_end_the_turn(
     result = await session.run(user_input="again")
     assert result.final_output == "Recovered."
     await session.aclose()
+
+
+async def test_session_aclose_closes_the_llms_http_session(server: OpenAIChatServer) -> None:
+    """The README's pattern (``async with rj.AgentSession(llm=openai.LLM(...))``) leaves
+    no open HTTP session behind ("Unclosed client session")."""
+    server.add(StreamReply(text_chunks("Hello.")))
+    session, _, errors = await start(server)
+    llm = session.llm
+    assert isinstance(llm, openai.LLM)
+    result = await session.run(user_input="hi")
+    assert result.final_output == "Hello."
+    http = llm._session
+    assert http is not None and not http.closed
+    await session.aclose()
+    assert http.closed
+    assert errors == []
