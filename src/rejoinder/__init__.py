@@ -1,12 +1,17 @@
 """rejoinder: real-time voice agents whose reported turn state is always true.
 
 Heavy optional dependencies (HTTP clients, audio engines) are imported lazily by the
-providers that need them, so ``import rejoinder`` stays fast.
+providers that need them, so ``import rejoinder`` stays fast. The model interfaces
+(``LLM``, ``STT``, ``TTS``, ``VAD``) are plain ABCs and load eagerly; the audio names
+(numpy) load on first use through ``_LAZY``.
 """
 
 from .io.text import ConsoleTextOutput, MemoryTextOutput, TextOutput
 from .models import (
     LLM,
+    STT,
+    TTS,
+    VAD,
     AgentHandoff,
     ChatChunk,
     ChatContext,
@@ -23,10 +28,12 @@ from .models import (
     RealtimeModel,
     RealtimeSession,
     StopResponse,
+    STTError,
     ToolCallRequest,
     ToolDefinition,
     ToolError,
     ToolResult,
+    TTSError,
 )
 from .session import (
     Agent,
@@ -73,6 +80,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "LLM",
+    "STT",
+    "TTS",
+    "VAD",
     "Agent",
     "AgentHandoff",
     "AgentSession",
@@ -107,9 +117,11 @@ __all__ = [
     "RealtimeSession",
     "RunContext",
     "RunResult",
+    "STTError",
     "SpeechCreatedEvent",
     "SpeechHandle",
     "StopResponse",
+    "TTSError",
     "TextOutput",
     "ToolCallRequest",
     "ToolDefinition",
