@@ -34,7 +34,8 @@ from .agent_record import AgentRecord
 from .context import SessionContext
 from .delivery import Delivery, OutputError, TextDelivery
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
-from .preemptive import Preemptive, Speculation, speculation_key
+from .preemptive import Preemptive, speculation_key
+from .speculation import Speculation
 from .speech import ReplyRequest, SpeechHandle
 from .speech_queue import FOLLOW_UP, NORMAL, SpeechQueue
 from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
@@ -167,7 +168,9 @@ class AgentActivity:
         if self._tg is None:
             coro.close()
             raise RuntimeError(f"{self.agent.id} is not running")
-        return self._tg.create_task(self._ctx.guarded(coro), name=coro.__qualname__)
+        return self._tg.create_task(
+            self._ctx.guarded(coro), name=getattr(coro, "__qualname__", None)
+        )
 
     async def _enter(self, entering: Obligation | None) -> None:
         try:

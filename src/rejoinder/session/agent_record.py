@@ -12,23 +12,15 @@ call, as model APIs require.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..models import ChatContext, ChatItem, ChatMessage
+from .speech import Mark
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .context import SessionContext
     from .speech import SpeechHandle
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """Where a speech began: the last item of the agent's context and of the history."""
-
-    context_last: ChatItem | None
-    history_last: ChatItem | None
 
 
 class AgentRecord:

@@ -124,7 +124,9 @@ class SessionContext:
             coro.close()
             raise RuntimeError("the session is not running")
         return self._tg.create_task(
-            self.guarded(coro), name=coro.__qualname__, context=self._context.copy()
+            self.guarded(coro),
+            name=getattr(coro, "__qualname__", None),
+            context=self._context.copy(),
         )
 
     async def guarded(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -13,21 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Protocol
 
-from ..floor import Obligation, ObligationKind
-from ..models import ChatChunk, ChatContext, ChatItem, ChatMessage
-from ..models.llm import LLM
-from .tools import FunctionTool
-from .turn_state import TurnState
+from ..floor import Obligation
+from ..models import ChatChunk, ChatItem
+from ..models.tools import ToolDefinition
 
 logger = logging.getLogger("rejoinder")
 
 
+class OfferedTool(Protocol):
+    """A tool offered to the model (a ``FunctionTool``)."""
+
+    @property
+    def definition(self) -> ToolDefinition: ...
+
+
 def speculation_key(
-    user_text: str, items: Sequence[ChatItem], instructions: str, tools: Mapping[str, FunctionTool]
+    user_text: str, items: Sequence[ChatItem], instructions: str, tools: Mapping[str, OfferedTool]
 ) -> Hashable:
     """Everything a reply's model call depends on: if any of it changed (a hook edited
     the message, the context, the instructions or the tools), the speculation is stale."""
@@ -82,53 +87,3 @@ class Preemptive:
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
-
-
-class Speculation:
-    """One agent's slot for a speculative reply: at most one runs at a time."""
-
-    def __init__(
-        self,
-        state: TurnState,
-        owner: str,
-        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
-    ) -> None:
-        self._state = state
-        self._owner = owner
-        self._spawn = spawn
-        self._current: Preemptive | None = None
-
-    def start(
-        self,
-        llm: LLM,
-        key: Hashable,
-        context: list[ChatItem],
-        user_text: str,
-        tools: Mapping[str, FunctionTool],
-    ) -> None:
-        """Start generating a reply to ``user_text`` (kept as is when one with the same
-        key is already running)."""
-        if self._current is not None and self._current.key == key:
-            return
-        self.discard("a newer attempt")
-        prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self._owner))
-        self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
-        stream = llm.chat(
-            ChatContext([*context, ChatMessage(role="user", content=user_text)]),
-            [t.definition for t in tools.values()],
-            "auto" if tools else "none",
-        )
-        prepared.task = self._spawn(prepared.collect(stream))
-        self._current = prepared
-
-    def discard(self, reason: str) -> None:
-        prepared, self._current = self._current, None
-        if prepared is not None:
-            logger.debug("preemptive reply discarded: %s", reason)
-            prepared.cancel()
-            self._state.close(prepared.obligation, "discarded")
-
-    def claim(self) -> Preemptive | None:
-        """The speculative reply, for the user turn that just ended (checked before use)."""
-        prepared, self._current = self._current, None
-        return prepared

@@ -12,8 +12,16 @@ from ..models.chat import new_id
 
 if TYPE_CHECKING:
     from ..floor import Obligation
-    from .agent_record import Mark
     from .preemptive import Preemptive
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where the record stood when a speech began: the last item of the agent's context
+    and of the history (its text is recorded there, see ``agent_record``)."""
+
+    context_last: ChatItem | None
+    history_last: ChatItem | None
 
 
 @dataclass(frozen=True, slots=True)
