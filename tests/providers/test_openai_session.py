@@ -138,3 +138,22 @@ async def test_session_aclose_closes_the_llms_http_session(server: OpenAIChatSer
     await session.aclose()
     assert http.closed
     assert errors == []
+
+
+async def test_a_model_shared_by_two_sessions_closes_with_the_last_one(
+    server: OpenAIChatServer,
+) -> None:
+    server.add(StreamReply(text_chunks("One.")), StreamReply(text_chunks("Two.")))
+    llm = openai.LLM(model="test-model", base_url=server.base_url, api_key="test")
+    first: rj.AgentSession[None] = rj.AgentSession(llm=llm, user_away_timeout=None)
+    second: rj.AgentSession[None] = rj.AgentSession(llm=llm, user_away_timeout=None)
+    await first.start(rj.Agent(instructions="a"))
+    await second.start(rj.Agent(instructions="b"))
+    assert (await first.run(user_input="hi")).final_output == "One."
+    await first.aclose()
+    # The other session still talks through it.
+    assert (await second.run(user_input="hi")).final_output == "Two."
+    http = llm._session
+    assert http is not None and not http.closed
+    await second.aclose()
+    assert http.closed

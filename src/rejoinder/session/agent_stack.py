@@ -227,8 +227,8 @@ class AgentStack(TaskHost):
                 frame.finished.set_result(None)
 
     async def _settled(self, frame: _Frame) -> None:
-        """The awaiting tool returns once the caller resumed (the task's conversation is
-        in its context before the tool's own output)."""
+        """The awaiting tool returns once the caller resumed, with the task's
+        conversation merged into its context."""
         await self._ctx.bounded(asyncio.shield(frame.finished), f"returning from {frame.task.id}")
 
     def _strand(self, frame: _Frame, reason: str) -> None:
@@ -307,11 +307,13 @@ class AgentStack(TaskHost):
 
 
 def _conversation(items: list[ChatItem]) -> list[ChatItem]:
-    """What a task's context adds to its caller's: everything but instructions."""
+    """What a task's context adds to its caller's: what was said (not instructions, and
+    not the task's own tool calls: the caller's model is not offered those tools; the
+    history keeps them)."""
     return [
         item
         for item in items
-        if not (isinstance(item, ChatMessage) and item.role in ("system", "developer"))
+        if isinstance(item, ChatMessage) and item.role in ("user", "assistant")
     ]
 
 

@@ -43,6 +43,9 @@ logger = logging.getLogger("rejoinder")
 
 Userdata = TypeVar("Userdata")
 
+_models_in_use: dict[int, int] = {}
+"""How many running sessions use each model (by id): the last one to close closes it."""
+
 
 class AgentSession(Generic[Userdata]):
     def __init__(
@@ -109,6 +112,8 @@ class AgentSession(Generic[Userdata]):
         self._close_task: asyncio.Task[None] | None = None
         self._user_turns: UserTurns | None = None
         self._realtime: RealtimeDriver | None = None
+        self._claimed = False
+        """This session counts among its models' users (from start to close)."""
 
     # -------------------------------------------------------------- reading
 
@@ -171,6 +176,8 @@ class AgentSession(Generic[Userdata]):
         if self._root is not None:
             raise RuntimeError("the session was already started")
         loop = asyncio.get_running_loop()
+        self._claim_models()
+        self._claimed = True
         state = self._turn_state_ = TurnState(self._floor, self._events, loop)
         # Everything the session runs starts in this context, so `await SomeTask()`
         # finds its host (without touching the caller's own context).
@@ -309,15 +316,34 @@ class AgentSession(Generic[Userdata]):
         await self._close_models()
         self._events.emit("close", CloseEvent(reason="closed"))
 
-    async def _close_models(self) -> None:
-        """The session owns the models it was given: their connections close with it
-        (a model used again later opens a new one)."""
-        seen: set[int] = set()
+    def _models(self) -> list[object]:
+        """Each model given to this session, once."""
+        models: dict[int, object] = {}
         for model in (self.llm, self.stt, self.tts, self.vad):
-            close = getattr(model, "aclose", None)
-            if model is None or id(model) in seen or not callable(close):
+            if model is not None:
+                models.setdefault(id(model), model)
+        return list(models.values())
+
+    def _claim_models(self) -> None:
+        for model in self._models():
+            _models_in_use[id(model)] = _models_in_use.get(id(model), 0) + 1
+
+    async def _close_models(self) -> None:
+        """Models' connections close with the last running session that uses them (a
+        model shared by two sessions stays open for the other; one used again later
+        opens a new connection)."""
+        if not self._claimed:
+            return
+        self._claimed = False
+        for model in self._models():
+            users = _models_in_use.get(id(model), 1) - 1
+            if users > 0:
+                _models_in_use[id(model)] = users
                 continue
-            seen.add(id(model))
+            _models_in_use.pop(id(model), None)
+            close = getattr(model, "aclose", None)
+            if not callable(close):
+                continue
             try:
                 await asyncio.wait_for(close(), self.options.close_timeout)
             except Exception as exc:
