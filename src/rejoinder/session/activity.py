@@ -74,6 +74,7 @@ class AgentActivity:
         """The activity's scope, once the agent stack started it."""
         self.stopped: asyncio.Future[None] | None = None
         """Set by the agent stack while this agent leaves."""
+        self._entering: asyncio.Task[None] | None = None
         self._record = AgentRecord(agent, ctx)
         self._speculation = Speculation(self._state, self.id, self._spawn)
         self._tools = ToolRunner(
@@ -94,7 +95,7 @@ class AgentActivity:
                 entering = self._open_entering(handed)
                 if not ready.done():
                     ready.set_result(None)
-                tg.create_task(self._enter(entering))
+                self._entering = tg.create_task(self._enter(entering))
                 await self._schedule_forever()
         finally:
             self._tg = None
@@ -134,6 +135,10 @@ class AgentActivity:
         is dropped (resolved as interrupted), and the speech the user is hearing may
         finish (unless the session is closing). Returns that speech's playout."""
         self._closed = True
+        if self._entering is not None and not self._entering.done():
+            # An agent that is no longer current must not go on preparing to speak:
+            # what its on_enter said would land on the agent that is current now.
+            self._entering.cancel()
         self._speeches.resume()  # a paused caller that leaves must not hold its scope open
         self.discard_preemptive("the agent left")
         self._speeches.drop()
@@ -168,9 +173,7 @@ class AgentActivity:
         if self._tg is None:
             coro.close()
             raise RuntimeError(f"{self.agent.id} is not running")
-        return self._tg.create_task(
-            self._ctx.guarded(coro), name=getattr(coro, "__qualname__", None)
-        )
+        return self._ctx.start_in(self._tg, coro)
 
     async def _enter(self, entering: Obligation | None) -> None:
         try:

@@ -181,6 +181,7 @@ class AgentStack(TaskHost):
             # Nobody waits for the result any more: the task ends, the caller resumes.
             if not outcome.done():
                 task.complete(ToolError(f"the task {task.id} was abandoned by its caller"))
+            _retrieved(outcome)  # nobody awaits it any more
             raise
         except BaseException:
             await self._settled(frame)
@@ -237,6 +238,7 @@ class AgentStack(TaskHost):
         outcome = frame.task._future()
         if not outcome.done():
             outcome.set_exception(ToolError(reason))
+            _retrieved(outcome)  # the awaiting tool may be gone already
         if not frame.finished.done():
             frame.finished.set_result(None)
 
@@ -315,6 +317,13 @@ def _conversation(items: list[ChatItem]) -> list[ChatItem]:
         for item in items
         if isinstance(item, ChatMessage) and item.role in ("user", "assistant")
     ]
+
+
+def _retrieved(outcome: asyncio.Future[Any]) -> None:
+    """Mark a task's outcome as seen: an awaiting tool still gets it, and one that is
+    gone does not leave asyncio to log "exception was never retrieved"."""
+    if outcome.done() and not outcome.cancelled():
+        outcome.exception()
 
 
 def _fail_task(task: AgentTask[Any]) -> Callable[[Exception], None]:

@@ -123,11 +123,22 @@ class SessionContext:
         if self._tg is None:
             coro.close()
             raise RuntimeError("the session is not running")
-        return self._tg.create_task(
-            self.guarded(coro),
-            name=getattr(coro, "__qualname__", None),
-            context=self._context.copy(),
+        return self.start_in(self._tg, coro, context=self._context.copy())
+
+    def start_in(
+        self,
+        tg: asyncio.TaskGroup,
+        coro: Coroutine[Any, Any, None],
+        *,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[None]:
+        """Start ``coro`` guarded in ``tg`` (the session's scope or an agent's), named
+        after it for debugging."""
+        task = tg.create_task(
+            self.guarded(coro), name=getattr(coro, "__qualname__", None), context=context
         )
+        task.add_done_callback(lambda _: coro.close())  # cancelled before it ever ran
+        return task
 
     async def guarded(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro``; a failure that escapes it (a bug of ours or in an application
