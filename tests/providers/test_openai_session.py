@@ -157,3 +157,18 @@ async def test_a_model_shared_by_two_sessions_closes_with_the_last_one(
     assert http is not None and not http.closed
     await second.aclose()
     assert http.closed
+
+
+async def test_a_retried_429_shows_in_the_reply_metrics(server: OpenAIChatServer) -> None:
+    server.add(
+        ErrorReply(429, "Rate limit reached.", "requests", "rate_limit_exceeded", retry_after=1),
+        StreamReply(text_chunks("Hello.")),
+    )
+    session, _, errors = await start(server)
+    metrics: list[dict[str, object]] = []
+    session.on("metrics_collected", lambda ev: metrics.append(ev.metrics))
+    result = await session.run(user_input="hi")
+    assert result.final_output == "Hello."
+    assert [m["retries"] for m in metrics if m["type"] == "llm"] == [1]
+    assert errors == []
+    await session.aclose()

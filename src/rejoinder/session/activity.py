@@ -324,6 +324,7 @@ class AgentActivity:
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_token: float | None = None
+        retried = _retries(llm)
         stream = self._prepared_stream(request, tools) or llm.chat(
             self._record.model_context(request.instructions),
             [t.definition for t in tools.values()],
@@ -350,6 +351,9 @@ class AgentActivity:
                     "speech_id": speech.id,
                     "ttft": None if first_token is None else first_token - started,
                     "duration": loop.time() - started,
+                    # Transient failures the model client retried for this reply (a
+                    # client shared by several sessions may count another's too).
+                    "retries": _retries(llm) - retried,
                 }
             ),
         )
@@ -575,6 +579,11 @@ class AgentActivity:
 
     def add_user_message(self, text: str) -> ChatMessage:
         return self._record.add_user_message(text)
+
+
+def _retries(llm: LLM) -> int:
+    count = getattr(llm, "retries", 0)
+    return count if isinstance(count, int) else 0
 
 
 def _error_source(exc: Exception) -> str:
