@@ -88,12 +88,6 @@ class TurnState:
     def set_current(self, owner: str) -> None:
         self._apply(self._floor.set_current(owner, self.now()))
 
-    def pause(self, owner: str) -> None:
-        self._apply(self._floor.pause(owner, self.now()))
-
-    def resume(self, owner: str) -> None:
-        self._apply(self._floor.resume(owner, self.now()))
-
     def remove_owner(self, owner: str) -> None:
         self._forget(self._floor.open_obligations(owner))
         self._apply(self._floor.remove_owner(owner, self.now()))
