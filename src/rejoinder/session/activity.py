@@ -10,6 +10,7 @@ does what it is told: enter, pause (a task is current), resume, wind down (it le
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -47,6 +48,12 @@ HandOff = Callable[[Agent, Sequence[Obligation]], Awaitable[None]]
 logger = logging.getLogger("rejoinder")
 
 _ids = itertools.count(1)
+
+
+running_activity: contextvars.ContextVar[AgentActivity | None] = contextvars.ContextVar(
+    "rejoinder_activity", default=None
+)
+"""The activity whose scope the running code belongs to (a tool, a hook, a speech)."""
 
 
 class AgentActivity:
@@ -87,8 +94,10 @@ class AgentActivity:
     # ------------------------------------------------------------- lifecycle
 
     async def run(self, ready: asyncio.Future[None], handed: Obligation | None) -> None:
-        """The activity's scope: every task it starts lives and dies inside it.
-        ``handed`` (a switch's ``handoff`` obligation) goes over to ``entering``."""
+        """The activity's scope: every task it starts lives and dies inside it (and
+        knows it runs for this agent, see ``running_activity``). ``handed`` (a switch's
+        ``handoff`` obligation) goes over to ``entering``."""
+        running_activity.set(self)
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -332,6 +341,10 @@ class AgentActivity:
         )
         async with aclosing(stream):  # type: ignore[type-var]
             async for chunk in stream:
+                if self._closed:
+                    # The agent left while the user was hearing this: what was produced
+                    # plays out, nothing more is said or called.
+                    break
                 if chunk.delta:
                     if first_token is None:
                         first_token = loop.time()

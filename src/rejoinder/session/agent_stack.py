@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
 from ..models import AgentHandoff, ChatItem, ChatMessage, ToolError
-from .activity import AgentActivity
+from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_task import AgentTask, TaskHost
 from .context import SessionContext
@@ -154,9 +154,15 @@ class AgentStack(TaskHost):
     async def run_task(self, task: AgentTask[T]) -> T:
         """Pause the current agent, run ``task`` as the current one until it completes,
         and resume the caller (its context gets the task's conversation)."""
-        caller = self._current
-        if caller is None or not self._ctx.running or self._ctx.closing:
+        if self._current is None or not self._ctx.running or self._ctx.closing:
             raise RuntimeError("the session is not running")
+        # The caller is the agent whose tool or hook awaits the task (the current one
+        # when awaited from elsewhere: an on_exit, a realtime tool).
+        caller = running_activity.get() or self._current
+        if caller is not self._current:
+            raise ToolError(
+                f"{caller.agent.id} is no longer the current agent: it cannot start {task.id}"
+            )
         if any(frame.task is task for frame in self._frames):
             raise RuntimeError(f"the task {task.id} is already running")
         outcome = task._future()
