@@ -1,4 +1,19 @@
-"""The asyncio runtime: sessions, agents, speeches, tools."""
+"""The asyncio runtime: sessions, agents, speeches, tools.
+
+Where things are decided:
+
+- ``session``: ``AgentSession``, the public entry point (lifecycle, replies, events).
+- ``agent_stack``: which agent is current and *every* switch (handoffs, ``update_agent``,
+  ``AgentTask`` start/completion, nesting) — one transaction, nowhere else.
+- ``activity``: one running agent (its speeches, replies and tool follow-ups), with
+  ``speech_queue`` (one speech at a time), ``tool_runner``, ``delivery`` /
+  ``audio_delivery`` (output and playback truth) and ``agent_record`` (the history).
+- ``context``: the narrow ``SessionContext`` every part is handed instead of the session.
+- ``turn_state``: the only code that talks to the floor (``rejoinder.floor``), which
+  derives every reported state.
+- ``user_turns``: the microphone side (VAD, STT, endpointing, barge-in).
+- ``realtime_driver`` and friends: sessions on realtime/duplex models.
+"""
 
 from .agent import Agent
 from .agent_task import AgentTask
