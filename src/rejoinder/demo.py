@@ -151,7 +151,30 @@ def _place(text: str) -> str | None:
     return None
 
 
+# fmt: off
+_UNITS = (  # zero to nineteen
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+    "eighteen", "nineteen",
+)
+# fmt: on
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "ninety": 90}
+_NUMBER_WORD = re.compile(
+    rf"\b(?:({'|'.join(_TENS)})(?:[\s-]({'|'.join(_UNITS[1:10])}))?|({'|'.join(_UNITS)}))\b"
+)
+
+
+def _spelled_number(match: re.Match[str]) -> str:
+    tens, unit, alone = match.groups()
+    if alone is not None:
+        return str(_UNITS.index(alone))
+    return str(_TENS[tens] + (_UNITS.index(unit) if unit else 0))
+
+
 def _seconds(text: str) -> int | None:
+    """A duration in seconds; numbers may be spelled out ("five seconds"), as a speech
+    recogniser often writes them."""
+    text = _NUMBER_WORD.sub(_spelled_number, text.lower())
     match = _DURATION.search(text)
     if match is None:
         return None
@@ -197,6 +220,22 @@ def reply_to_user(text: str) -> DemoReply:
     if words & {"bye", "goodbye"}:
         return DemoReply("Goodbye! Type /quit to leave the console.")
     return DemoReply(_FALLBACK)
+
+
+_SPOKEN = (
+    ("Type help to see what I can do.", "Say help to hear what I can do."),
+    (" Type /quit to leave the console.", ""),
+    (" Type /quit to leave.", ""),
+    ("Try: set a timer for 10 seconds.", "Try: set a timer for ten seconds."),
+)
+
+
+def spoken_wording(reply: DemoReply) -> DemoReply:
+    """The reply as a voice agent says it: no typing instructions."""
+    text = reply.text
+    for typed, said in _SPOKEN:
+        text = text.replace(typed, said)
+    return DemoReply(text, reply.tool, reply.arguments)
 
 
 _FAILED_ACTION = {
@@ -271,10 +310,12 @@ class DemoLLM(LLM):
     fallback); otherwise it turns the tool results it has not reported yet into sentences
     (an apology quoting the error for a failed tool). Text streams in word-sized chunks
     with ``chunk_delay`` seconds between them so the state changes are visible.
+    ``spoken=True`` words the canned replies for a voice agent ("say help", no "/quit").
     """
 
-    def __init__(self, *, chunk_delay: float = 0.03) -> None:
+    def __init__(self, *, chunk_delay: float = 0.03, spoken: bool = False) -> None:
         self._chunk_delay = chunk_delay
+        self._spoken = spoken
         self._call_ids = itertools.count(1)
 
     @property
@@ -292,7 +333,8 @@ class DemoLLM(LLM):
         tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[ChatChunk]:
         offered = [] if tool_choice == "none" else [t.name for t in tools]
-        return self._stream(decide(chat_ctx, offered))
+        reply = decide(chat_ctx, offered)
+        return self._stream(spoken_wording(reply) if self._spoken else reply)
 
     async def _stream(self, reply: DemoReply) -> AsyncIterator[ChatChunk]:
         for chunk in re.findall(r"\S+\s*", reply.text):
