@@ -1,0 +1,349 @@
+"""Connection: what an agent's entry point receives, whatever the transport.
+
+An agent file defines one function::
+
+    async def entrypoint(conn: rejoinder.io.Connection) -> None:
+        session = rj.AgentSession(llm=..., vad=..., stt=..., tts=...)
+        await conn.serve(session, Assistant())
+
+``rejoinder dev``/``serve``, the tests and any other host call it once per client. The
+transport builds the ``Connection`` (microphone in, ``ReportedPlayback`` out, a way to
+send protocol messages) and hands it client messages; ``serve`` wires a session to it,
+forwards the session's events to the client as protocol messages, and returns once the
+client left or the session closed, with the session closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+from ..models.audio import AudioFrame, AudioInput
+from ..models.chat import ChatMessage, FunctionCall, FunctionCallOutput, new_id
+from ..models.text import TextOutput
+from .playback import ReportedPlayback
+from .protocol import (
+    AgentStateMessage,
+    ClientMessage,
+    ErrorCode,
+    ErrorMessage,
+    MetricsMessage,
+    Played,
+    Ready,
+    ServerMessage,
+    Start,
+    ToolMessage,
+    TranscriptMessage,
+    UserStateMessage,
+    UserText,
+    json_safe,
+)
+
+if TYPE_CHECKING:
+    from ..session import Agent, AgentSession
+
+__all__ = ["Connection", "Entrypoint", "PushAudioInput"]
+
+logger = logging.getLogger("rejoinder")
+
+
+class PushAudioInput(AudioInput):
+    """Microphone audio a transport pushes as it arrives (PCM16LE mono bytes, or frames).
+
+    The client paces it (a microphone produces it in real time), so frames are delivered
+    as they come. At most ``max_seconds`` wait to be read; beyond that new audio is
+    dropped and ``push_pcm`` returns False (the session is not keeping up, or the client
+    sends faster than real time)."""
+
+    def __init__(self, sample_rate: int, *, max_seconds: float = 5.0) -> None:
+        if sample_rate <= 0:
+            raise ValueError("sample_rate must be positive")
+        self.sample_rate = sample_rate
+        self._limit = int(max_seconds * sample_rate)
+        self._queued = 0
+        self._queue: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
+        self._odd = b""
+        self._closed = False
+        self.dropped_samples = 0
+
+    def push_pcm(self, pcm: bytes) -> bool:
+        """Queue 16-bit little-endian mono PCM. An odd trailing byte waits for the next
+        chunk. Returns False when the audio was dropped (closed, or over the limit)."""
+        if self._closed:
+            return False
+        if self._odd:
+            pcm, self._odd = self._odd + pcm, b""
+        if len(pcm) % 2:
+            pcm, self._odd = pcm[:-1], pcm[-1:]
+        if not pcm:
+            return True
+        return self.push(AudioFrame(np.frombuffer(pcm, "<i2").astype(np.int16), self.sample_rate))
+
+    def push(self, frame: AudioFrame) -> bool:
+        if self._closed:
+            return False
+        samples = frame.samples_per_channel
+        if self._queued + samples > self._limit:
+            self.dropped_samples += samples
+            return False
+        self._queued += samples
+        self._queue.put_nowait(frame)
+        return True
+
+    def close(self) -> None:
+        """The microphone is gone: iteration ends after what was queued."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put_nowait(None)
+
+    async def __aiter__(self) -> AsyncIterator[AudioFrame]:
+        while (frame := await self._queue.get()) is not None:
+            self._queued -= frame.samples_per_channel
+            yield frame
+
+
+class _AgentText(TextOutput):
+    """Agent text for the client, shown from when its audio is heard: text that arrives
+    before the reply is audible waits for ``speaking``. The final transcript (exactly
+    what was heard) comes from the history, not from here."""
+
+    def __init__(self, send: Callable[[ServerMessage], None]) -> None:
+        self._send = send
+        self._parts: list[str] = []
+        self.audible = False
+
+    async def capture_text(self, text: str) -> None:
+        self._parts.append(text)
+        if self.audible:
+            self._show()
+
+    def flush(self) -> None:
+        pass  # the text stays until the reply's final transcript replaces it
+
+    def speaking(self, audible: bool) -> None:
+        self.audible = audible
+        if audible and self._parts:
+            self._show()
+
+    def final(self) -> None:
+        self._parts.clear()
+
+    def _show(self) -> None:
+        self._send(TranscriptMessage(role="agent", text="".join(self._parts), final=False))
+
+
+class Connection:
+    """One client connection. Built by a transport; given to the entry point.
+
+    ``send`` never raises and never blocks: the transport queues the message (and drops
+    the client if it stops reading). The transport reports client messages through
+    ``receive`` and the client's departure through ``client_left``.
+    """
+
+    def __init__(
+        self,
+        *,
+        transport: str,
+        audio_input: PushAudioInput,
+        audio_output: ReportedPlayback,
+        send: Callable[[ServerMessage], None],
+        remote: str | None = None,
+        query: Mapping[str, str] | None = None,
+        id: str | None = None,
+        match_tts_rate: bool = False,
+    ) -> None:
+        self.id = id or new_id("conn")
+        self.transport = transport
+        """``"websocket"``, ``"webrtc"``, ..."""
+        self.audio_input = audio_input
+        self.audio_output = audio_output
+        self.remote = remote
+        """The client's address, when the transport knows it."""
+        self.query: Mapping[str, str] = dict(query or {})
+        """Query parameters of the request that opened the connection."""
+        self.session: AgentSession[Any] | None = None
+        """The session ``serve`` runs (None before)."""
+        self._send = send
+        self._match_tts_rate = match_tts_rate
+        self._left = asyncio.Event()
+        self._text = _AgentText(self.send)
+
+    # -------------------------------------------------------------- client side
+
+    @property
+    def left(self) -> bool:
+        return self._left.is_set()
+
+    async def wait_left(self) -> None:
+        await self._left.wait()
+
+    def send(self, message: ServerMessage) -> None:
+        """Send a protocol message to the client (dropped once it left)."""
+        if self._left.is_set():
+            return
+        try:
+            self._send(message)
+        except Exception:  # a transport bug must not reach the session's callbacks
+            logger.exception("sending %s to the client failed", message.type)
+
+    def receive(self, message: ClientMessage) -> None:
+        """A client message (after ``start``, which the transport handles)."""
+        if isinstance(message, Played):
+            self.audio_output.on_played(message.samples, cleared=message.cleared)
+        elif isinstance(message, UserText):
+            self._user_text(message.text)
+        elif isinstance(message, Start):
+            self.send(
+                ErrorMessage(code=ErrorCode.ALREADY_STARTED, message="start was already sent")
+            )
+
+    def client_left(self) -> None:
+        """The client is gone: the microphone ends, open playback ends where the last
+        report left it, and ``serve`` closes the session."""
+        if self._left.is_set():
+            return
+        self._left.set()
+        self.audio_input.close()
+        self.audio_output.close()
+
+    # ------------------------------------------------------------- agent side
+
+    async def serve(self, session: AgentSession[Any], agent: Agent) -> None:
+        """Run ``session`` with ``agent`` for this client until the client leaves or the
+        session closes; the session is closed when this returns."""
+        if self.session is not None:
+            raise RuntimeError("serve() runs one session per connection")
+        self.session = session
+        tts_rate = getattr(session.tts, "sample_rate", None)
+        if self._match_tts_rate and isinstance(tts_rate, int) and tts_rate > 0:
+            self.audio_output.sample_rate = tts_rate  # no resampling on the server
+        session.input.audio = self.audio_input
+        session.output.audio = self.audio_output
+        session.output.transcription = self._text
+        closed = asyncio.Event()
+        handlers = self._subscribe(session, closed)
+        assert self.audio_output.sample_rate is not None
+        self.send(Ready(sample_rate=self.audio_output.sample_rate))
+        self.send(AgentStateMessage(state=session.agent_state))
+        self.send(UserStateMessage(state=session.user_state))
+        try:
+            if not await self._until_left(session.start(agent)):
+                return
+            left = asyncio.ensure_future(self._left.wait())
+            ended = asyncio.ensure_future(closed.wait())
+            try:
+                await asyncio.wait((left, ended), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                left.cancel()
+                ended.cancel()
+        finally:
+            try:
+                # aclose is bounded step by step; this bounds it as a whole, too.
+                limit = session.options.close_timeout * 4 + 1
+                await asyncio.wait_for(session.aclose(), limit)
+            except Exception:
+                logger.exception("closing the session of %s failed", self.id)
+            finally:
+                for name, handler in handlers:
+                    session.off(name, handler)
+
+    async def _until_left(self, work: Awaitable[None]) -> bool:
+        """Await ``work``; False (and ``work`` cancelled) if the client left first."""
+        task = asyncio.ensure_future(work)
+        left = asyncio.ensure_future(self._left.wait())
+        try:
+            await asyncio.wait((task, left), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+        if task.done():
+            task.result()
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+
+    def _subscribe(self, session: AgentSession[Any], closed: asyncio.Event) -> list[Any]:
+        send = self.send
+
+        def agent_state(ev: Any) -> None:
+            self._text.speaking(ev.new_state == "speaking")
+            send(AgentStateMessage(state=ev.new_state))
+
+        def user_state(ev: Any) -> None:
+            send(UserStateMessage(state=ev.new_state))
+
+        def transcribed(ev: Any) -> None:
+            send(TranscriptMessage(role="user", text=ev.transcript, final=ev.is_final))
+
+        def item_added(ev: Any) -> None:
+            item = ev.item
+            if isinstance(item, ChatMessage) and item.role == "assistant":
+                self._text.final()
+                send(
+                    TranscriptMessage(
+                        role="agent", text=item.content, final=True, interrupted=item.interrupted
+                    )
+                )
+            elif isinstance(item, FunctionCall):
+                send(ToolMessage(name=item.name, call_id=item.call_id, status="started"))
+            elif isinstance(item, FunctionCallOutput):
+                send(
+                    ToolMessage(
+                        name=item.name,
+                        call_id=item.call_id,
+                        status="finished",
+                        error=item.is_error,
+                    )
+                )
+
+        def metrics(ev: Any) -> None:
+            send(MetricsMessage(metrics=json_safe(ev.metrics)))
+
+        def error(ev: Any) -> None:
+            err = ev.error
+            send(
+                ErrorMessage(
+                    code=ErrorCode.SESSION,
+                    message=f"{type(err).__name__}: {err}"[:500],
+                    source=ev.source,
+                )
+            )
+
+        def close(_: Any) -> None:
+            closed.set()
+
+        handlers: list[tuple[Any, Any]] = [
+            ("agent_state_changed", agent_state),
+            ("user_state_changed", user_state),
+            ("user_input_transcribed", transcribed),
+            ("conversation_item_added", item_added),
+            ("metrics_collected", metrics),
+            ("error", error),
+            ("close", close),
+        ]
+        for name, handler in handlers:
+            session.on(name, handler)
+        return handlers
+
+    def _user_text(self, text: str) -> None:
+        session = self.session
+        if session is None or session.agent_state == "initializing":
+            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message="the agent is not ready"))
+            return
+        try:
+            current = session.current_speech
+            if current is not None and not current.done() and current.allow_interruptions:
+                session.interrupt()  # typed input is a barge-in, as in the console
+            session.generate_reply(user_input=text)
+        except RuntimeError as exc:  # closing, or not running any more
+            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=str(exc)))
+
+
+Entrypoint: TypeAlias = Callable[[Connection], Awaitable[None]]
+"""An agent file's ``entrypoint``: called once per client connection."""
