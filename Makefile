@@ -15,8 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
 	touch $(STAMP)
 
+# The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
+# LLM, Piper): `make demo LLM=gpt-4o-mini` (and BASE_URL=... for Ollama, vLLM...) uses a
+# real model through an OpenAI-compatible API; ARGS=... go to `rejoinder dev`.
 demo: $(STAMP)
-	$(BIN)/rejoinder console
+	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
+	@echo "For the text console instead: $(BIN)/rejoinder console"
+	$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
+		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
 test: lint typecheck pytest
 
@@ -39,9 +45,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/vad_cpu.py
 	$(BIN)/python bench/realtime_cpu.py
 
-# The randomized lifecycle test with 100,000 sequences (CI runs 500).
+# The randomized lifecycle tests, 100,000 sequences each (CI runs 3,000 and 500): the
+# same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. No
+# per-test timeout (the run takes minutes); sequences/s go to stderr every 10,000.
+STRESS_TESTS := tests/session/test_switch_random.py tests/session/test_lifecycle_random.py
 stress: $(STAMP)
-	REJOINDER_STRESS_EXAMPLES=100000 $(BIN)/pytest -p no:cacheprovider tests/session/test_lifecycle_random.py
+	REJOINDER_STRESS_EXAMPLES=100000 REJOINDER_STRESS_PROGRESS=10000 \
+		$(BIN)/pytest -p no:cacheprovider --timeout 0 -s $(STRESS_TESTS)
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

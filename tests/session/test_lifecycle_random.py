@@ -5,23 +5,22 @@ facts; every operation must finish within its bound; after the close nothing of 
 still run and the history must pair every tool call with exactly one output.
 
 ``REJOINDER_STRESS_EXAMPLES`` raises the example count (``make stress`` runs 100,000).
+Agent switches in every combination are the subject of ``test_switch_random``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections import Counter
 from typing import Any
 
-import looptime
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import rejoinder as rj
 from rejoinder.testing import Delay, Fail, ScriptedLLM, StateTimeline, ToolCall, advance
 
-EXAMPLES = int(os.environ.get("REJOINDER_STRESS_EXAMPLES", "500"))
+from ._lifecycle import check_floor, check_history, run_on_virtual_time, stress_settings
+
 TURN_KINDS = ["text", "quick", "slow", "background", "handoff", "task", "fail"]
 BOUND = 120.0  # virtual seconds any single operation may take
 
@@ -98,37 +97,6 @@ operations = st.lists(
 )
 
 
-def check_floor(session: rj.AgentSession[Any]) -> None:
-    """The reported state is the one the floor's facts give (DESIGN §1, §4 a-c)."""
-    floor = session._turn_state.floor
-    open_obs = floor.open_obligations()
-    live = [ob for ob in open_obs if floor.is_live(ob.owner)]
-    if any(ob.audible and not ob.yielded for ob in open_obs):
-        expected = "speaking"
-    elif any(ob.committed and not ob.yielded for ob in live):
-        expected = "thinking"
-    else:
-        expected = "listening"
-    assert session.agent_state == expected, (session.agent_state, open_obs)
-    if live:
-        assert session.user_state != "away", open_obs
-
-
-def check_history(history: rj.ChatContext) -> None:
-    ids = Counter(item.id for item in history.items)
-    assert all(n == 1 for n in ids.values()), "an item was recorded twice"
-    calls = [i.call_id for i in history.items if isinstance(i, rj.FunctionCall)]
-    outputs = [i.call_id for i in history.items if isinstance(i, rj.FunctionCallOutput)]
-    assert len(calls) == len(set(calls)), "a call id repeats"
-    assert Counter(outputs) == Counter(calls), (calls, outputs)
-    seen: set[str] = set()
-    for item in history.items:
-        if isinstance(item, rj.FunctionCall):
-            seen.add(item.call_id)
-        elif isinstance(item, rj.FunctionCallOutput):
-            assert item.call_id in seen, f"output before its call: {item.call_id}"
-
-
 async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
     before = {t for t in asyncio.all_tasks() if not t.done()}
     session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM(model), user_away_timeout=4.0)  # type: ignore[arg-type]
@@ -161,18 +129,9 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
     check_history(session.history)
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    derandomize=EXAMPLES <= 500,  # CI runs the same 500 sequences every time
-)
+@stress_settings(default_examples=500)  # CI runs the same 500 sequences every time
 @given(ops=operations, close_with_drain=st.booleans())
 def test_random_lifecycles_keep_every_promise(
     ops: list[tuple[Any, ...]], close_with_drain: bool
 ) -> None:
-    loop = looptime.new_event_loop(start=0)
-    try:
-        loop.run_until_complete(asyncio.wait_for(scenario(ops, close_with_drain), 3600))
-    finally:
-        loop.close()
+    run_on_virtual_time(lambda: scenario(ops, close_with_drain))

@@ -1,0 +1,395 @@
+"""Checks shared by the randomized lifecycle tests (``test_lifecycle_random``,
+``test_switch_random``): the floor-derived state after a step, the history's pairing of
+tool calls and outputs, and an event-stream oracle that watches a whole session.
+
+The oracle subscribes before ``start`` and judges every reported change as it happens:
+
+* a ``listening`` edge is a promise that nothing is owed. So after one, the agent may
+  only start ``thinking`` or ``speaking`` once something new has happened: a *cause*
+  (a user input, an app call, a background tool's result landing, a watchdog closing
+  what was stuck). Causes are logged in the same ordered log as the state changes, so
+  "after" is exact, not just "at the same time or later";
+* a ``speaking → listening → thinking/speaking`` pulse at one instant is reported on
+  its own, unless a cause happened at exactly that instant;
+* the user is never ``away`` while an obligation of a live owner is open, nor while
+  work the test itself tracks (a tool of the current agent, its ``on_enter``, an
+  ``update_agent`` switch in progress) runs: the second check does not trust the floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import looptime
+from hypothesis import HealthCheck, seed, settings
+
+import rejoinder as rj
+from rejoinder.floor import KINDS, ObligationKind
+
+HANDOFF_WATCHDOG = KINDS[ObligationKind.HANDOFF].watchdog
+TRACE = os.environ.get("REJOINDER_ORACLE_TRACE") == "1"
+"""Log the floor's open obligations at every agent state change (for reading a failure)."""
+
+
+# ------------------------------------------------------------ running sequences
+
+
+def stress_settings(*, default_examples: int) -> Callable[[Any], Any]:
+    """Hypothesis settings for a randomized sequence test.
+
+    ``REJOINDER_STRESS_EXAMPLES`` overrides the example count (``make stress``). The
+    sequences are derandomized (the same ones every run, so a failure reproduces);
+    ``REJOINDER_STRESS_SEED`` explores other ones, reproducibly. No deadline (a
+    sequence's wall time varies with the machine, its virtual time does not), no
+    example database (nothing to replay between runs of a derandomized test)."""
+    examples = int(os.environ.get("REJOINDER_STRESS_EXAMPLES", default_examples))
+    chosen = os.environ.get("REJOINDER_STRESS_SEED")
+
+    def apply(test: Any) -> Any:
+        configured = settings(
+            max_examples=examples,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            derandomize=chosen is None,
+            database=None,
+            print_blob=True,
+        )(test)
+        return configured if chosen is None else seed(int(chosen))(configured)
+
+    return apply
+
+
+class Progress:
+    """With ``REJOINDER_STRESS_PROGRESS=N``: sequences run and sequences/s, every N."""
+
+    every = int(os.environ.get("REJOINDER_STRESS_PROGRESS", "0"))
+    count = 0
+    started = time.monotonic()
+    inside = 0.0
+    """Seconds spent running the sequences themselves (the rest is hypothesis)."""
+
+    @classmethod
+    def tick(cls, spent: float) -> None:
+        cls.count += 1
+        cls.inside += spent
+        if cls.every and cls.count % cls.every == 0:
+            elapsed = time.monotonic() - cls.started
+            print(
+                f"[stress] {cls.count} sequences in {elapsed:.0f} s: "
+                f"{cls.count / elapsed:.1f}/s ({cls.inside:.0f} s running them)",
+                file=sys.__stderr__,
+                flush=True,
+            )
+
+
+class KeptLog(logging.Handler):
+    """The session's log lines of one sequence, kept for its failure report only: over
+    100,000 sequences pytest's log capture would hold millions (and slow down)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+def run_on_virtual_time(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run one sequence on a fresh looptime loop. Fails on anything the loop reports (a
+    task's or a future's exception nobody retrieved); the session's log goes into the
+    failure report instead of pytest's capture."""
+    started = time.monotonic()
+    logger = logging.getLogger("rejoinder")
+    kept, propagate = KeptLog(), logger.propagate
+    logger.addHandler(kept)
+    logger.propagate = False
+    try:
+        _run_loop(scenario)
+    except BaseException as exc:
+        exc.add_note("the session's log:\n" + "\n".join(kept.lines[-40:]))
+        raise
+    finally:
+        logger.removeHandler(kept)
+        logger.propagate = propagate
+        Progress.tick(time.monotonic() - started)
+
+
+def _run_loop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    gc.freeze()  # what exists now is not this sequence's: the collection below skips it
+    loop = looptime.new_event_loop(start=0)
+    problems: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: problems.append(context))
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 3600))
+    finally:
+        loop.close()
+        # A future whose exception nobody retrieved is reported when it is collected:
+        # collect now, so the report belongs to this sequence (and the result is stable).
+        gc.collect()
+        gc.unfreeze()
+    assert not problems, problems
+
+
+# ------------------------------------------------------------------ checks
+
+
+def check_floor(session: rj.AgentSession[Any]) -> None:
+    """The reported state is the one the floor's facts give (DESIGN §1, §4 a-c)."""
+    floor = session._turn_state.floor
+    open_obs = floor.open_obligations()
+    live = [ob for ob in open_obs if floor.is_live(ob.owner)]
+    if any(ob.audible and not ob.yielded for ob in open_obs):
+        expected = "speaking"
+    elif any(ob.committed and not ob.yielded for ob in live):
+        expected = "thinking"
+    else:
+        expected = "listening"
+    assert session.agent_state == expected, (session.agent_state, open_obs)
+    if live:
+        assert session.user_state != "away", open_obs
+
+
+def check_history(history: rj.ChatContext) -> None:
+    ids = Counter(item.id for item in history.items)
+    assert all(n == 1 for n in ids.values()), "an item was recorded twice"
+    calls = [i.call_id for i in history.items if isinstance(i, rj.FunctionCall)]
+    outputs = [i.call_id for i in history.items if isinstance(i, rj.FunctionCallOutput)]
+    assert len(calls) == len(set(calls)), "a call id repeats"
+    assert Counter(outputs) == Counter(calls), (calls, outputs)
+    seen: set[str] = set()
+    for item in history.items:
+        if isinstance(item, rj.FunctionCall):
+            seen.add(item.call_id)
+        elif isinstance(item, rj.FunctionCallOutput):
+            assert item.call_id in seen, f"output before its call: {item.call_id}"
+
+
+def current_agent(session: rj.AgentSession[Any]) -> rj.Agent | None:
+    try:
+        return session.current_agent
+    except RuntimeError:  # not started, or closed
+        return None
+
+
+class Oracle:
+    """Watches one session's event stream; ``check()`` raises on the first broken promise.
+
+    Given to the session as its ``userdata``, so tools and hooks can log causes
+    (``cause``) and the work they do (``working``)."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.violations: list[str] = []
+        self.speeches: list[rj.SpeechHandle] = []
+        self.errors: list[rj.ErrorEvent] = []
+        self.items_added = 0
+        self.switches: list[tuple[asyncio.Future[None], rj.Agent]] = []
+        """``update_agent`` futures and their agents: a switch in progress is work for the
+        user, until its agent's on_enter waits on a task (the task is current then)."""
+        self.excused_pulses: list[str] = []
+        """The cause of each 0 ms speaking -> listening -> thinking/speaking pulse that
+        was allowed because something new happened at that same instant."""
+        self.interrupts: list[asyncio.Future[None]] = []
+        """``interrupt()`` futures, awaited or not: each resolves within the bound."""
+        self._entered: dict[int, rj.Agent] = {}
+        self._speech_agents: dict[str, rj.Agent | None] = {}
+        self._callers: dict[int, rj.Agent | None] = {}
+        self._session: rj.AgentSession[Any] | None = None
+        self._work: dict[object, tuple[rj.Agent | None, str, float]] = {}
+        self._listening_at: tuple[float, int] | None = None
+        """The last ``listening`` edge (time, log index) not yet followed by a cause."""
+        self._caused = True
+        self._last_cause_at: float | None = None
+        self._last_cause = ""
+        self._previous: rj.AgentStateChangedEvent | None = None
+
+    # ------------------------------------------------------------ wiring
+
+    def attach(self, session: rj.AgentSession[Any]) -> None:
+        self._session = session
+        session.on("agent_state_changed", self._agent_changed)
+        session.on("user_state_changed", self._user_changed)
+        session.on("speech_created", self._speech_created)
+        session.on("conversation_item_added", self._item_added)
+        session.on("error", self._error)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def _note(self, text: str) -> int:
+        self.log.append(f"{self._now():9.3f} {text}")
+        return len(self.log) - 1
+
+    def describe(self, last: int = 60) -> str:
+        return "\n".join(self.log[-last:])
+
+    def _violate(self, text: str) -> None:
+        self.violations.append(text)
+        self._note(f"!!! {text}")
+
+    def check(self) -> None:
+        assert not self.violations, self.violations[0] + "\n" + self.describe()
+
+    # ------------------------------------------------------------ causes
+
+    def cause(self, what: str) -> None:
+        """Something new happened that may legitimately make the agent owe a reply."""
+        self._note(f"cause: {what}")
+        self._caused = True
+        self._last_cause_at = self._now()
+        self._last_cause = what
+
+    @contextmanager
+    def working(self, agent: rj.Agent | None, what: str) -> Iterator[None]:
+        """``agent`` works for the user while the block runs (a tool, an on_enter);
+        None: an agent that has left."""
+        token = object()
+        self._work[token] = (agent, what, self._now())
+        if what.endswith("on_enter"):
+            self._entered[id(agent)] = agent
+        try:
+            yield
+        finally:
+            del self._work[token]
+
+    @contextmanager
+    def in_background(self, agent: rj.Agent | None, what: str) -> Iterator[None]:
+        """Work released to the background: when it returns or raises (not when it is
+        cancelled), its result lands, which may make a reply owed anew."""
+        with self.working(agent, what):
+            try:
+                yield
+            except asyncio.CancelledError:
+                raise
+            except BaseException:
+                self.cause(f"{what} lands (raised)")
+                raise
+            self.cause(f"{what} lands")
+
+    # ------------------------------------------------------------ events
+
+    def _agent_changed(self, ev: rj.AgentStateChangedEvent) -> None:
+        index = self._note(f"agent {ev.old_state} -> {ev.new_state}")
+        if TRACE and self._session is not None:
+            floor = self._session._turn_state.floor
+            self._note(f"    current={floor.current_owner} open={floor.open_obligations()}")
+        previous, self._previous = self._previous, ev
+        if ev.new_state == "listening":
+            self._listening_at = (ev.created_at, index)
+            self._caused = False
+            self._check_not_entering()
+            return
+        if ev.new_state not in ("thinking", "speaking"):
+            return
+        if self._listening_at is not None and not self._caused:
+            at, _ = self._listening_at
+            self._violate(
+                f"listening at {at:.3f}, then {ev.new_state} at {ev.created_at:.3f} "
+                "with no new cause in between (a false listening)"
+            )
+        if (
+            previous is not None
+            and previous.old_state == "speaking"
+            and previous.new_state == "listening"
+            and previous.created_at == ev.created_at
+        ):
+            if self._last_cause_at != ev.created_at:
+                self._violate(f"0 ms pulse speaking -> listening -> {ev.new_state}")
+            else:
+                # Allowed (something new happened at that instant), but a client sees a
+                # flicker: counted, for the statistics.
+                self.excused_pulses.append(self._last_cause)
+                self._note(f"excused 0 ms pulse ({self._last_cause} at the same instant)")
+        self._listening_at = None
+
+    def _current_agent(self) -> rj.Agent | None:
+        return None if self._session is None else current_agent(self._session)
+
+    # ------------------------------------------------------- the agent stack
+
+    def owner_of(self, speech: rj.SpeechHandle) -> rj.Agent | None:
+        """The agent a speech was created on (the current one: a user turn, a say)."""
+        return self._speech_agents.get(speech.id)
+
+    def awaiting(self, caller: rj.Agent | None, task: rj.AgentTask[Any]) -> None:
+        """``caller``'s tool or hook is about to await ``task``."""
+        self._callers[id(task)] = caller
+
+    def in_stack(self, agent: rj.Agent | None) -> bool:
+        """``agent`` is current, or paused under the current task (it has not left)."""
+        at = self._current_agent()
+        while at is not None:
+            if at is agent:
+                return True
+            at = self._callers.get(id(at))
+        return False
+
+    def _check_not_entering(self) -> None:
+        """While the current agent's on_enter runs it reports thinking (DESIGN §1b), up to
+        the ``handoff`` watchdog (an on_enter may wait for the user through a task)."""
+        current = self._current_agent()
+        now = self._now()
+        entering = [
+            what
+            for agent, what, since in self._work.values()
+            if agent is current and what.endswith("on_enter") and now - since < HANDOFF_WATCHDOG
+        ]
+        if entering:
+            self._violate(f"listening while {entering[0]} runs")
+
+    def _user_changed(self, ev: rj.UserStateChangedEvent) -> None:
+        self._note(f"user {ev.old_state} -> {ev.new_state}")
+        session = self._session
+        if ev.new_state != "away" or session is None:
+            return
+        floor = session._turn_state.floor
+        live = [ob for ob in floor.open_obligations() if floor.is_live(ob.owner)]
+        if live:
+            self._violate(f"away while {live} are open")
+        if session.agent_state != "listening":
+            self._violate(f"away while the agent is {session.agent_state}")
+        current = self._current_agent()
+        busy = [what for agent, what, _ in self._work.values() if agent is current]
+        if busy:
+            self._violate(f"away while {busy} of the current agent runs")
+        switching = [
+            agent.id
+            for switch, agent in self.switches
+            if not switch.done() and not (id(agent) in self._entered and agent is not current)
+        ]
+        if switching:
+            self._violate(f"away while the switch to {switching} is in progress")
+
+    def _speech_created(self, ev: rj.SpeechCreatedEvent) -> None:
+        self._note(f"speech {ev.source} {ev.speech_handle.id}")
+        self.speeches.append(ev.speech_handle)
+        self._speech_agents[ev.speech_handle.id] = self._current_agent()
+
+    def _item_added(self, ev: Any) -> None:
+        self.items_added += 1
+        item = ev.item
+        text = (
+            getattr(item, "content", None)
+            or getattr(item, "name", None)
+            or getattr(item, "new_agent_id", None)
+            or ""
+        )
+        self._note(f"item {type(item).__name__} {text!r:.40}")
+
+    def _error(self, ev: rj.ErrorEvent) -> None:
+        self._note(f"error {ev.source} recoverable={ev.recoverable}: {ev.error!r:.80}")
+        self.errors.append(ev)
+        if ev.source == "watchdog":
+            # What was stuck is closed and the work behind it stopped: what follows
+            # (a caller resuming, a deferred reply) is owed anew.
+            self.cause("watchdog")
