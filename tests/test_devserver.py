@@ -115,7 +115,7 @@ def test_discovery_reload_runs_the_file_again(tmp_path: Path) -> None:
 
 
 async def test_gate_limits_live_sessions_and_drains() -> None:
-    gate = SessionGate(max_sessions=1)
+    gate: SessionGate[None] = SessionGate(max_sessions=1)
     release = asyncio.Event()
 
     async def entry(conn: object) -> None:
@@ -149,8 +149,34 @@ async def test_gate_limits_live_sessions_and_drains() -> None:
     assert "draining" in (gate.refusal() or "")
 
 
+async def test_gate_closes_gracefully_before_cancelling() -> None:
+    ended: list[str] = []
+    stop = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def close(conn: str) -> None:
+        if conn == "a":  # "a" ends when asked; "b" ignores it and is cancelled
+            stop[conn].set()
+
+    async def entry(conn: str) -> None:
+        try:
+            await stop[conn].wait()
+            ended.append(f"{conn} returned")
+        except asyncio.CancelledError:
+            ended.append(f"{conn} cancelled")
+            raise
+
+    gate: SessionGate[str] = SessionGate(close=close)
+    tasks = [asyncio.create_task(gate.run(entry, name)) for name in ("a", "b")]
+    await asyncio.sleep(0)
+    assert sorted(gate.connections) == ["a", "b"]
+    assert await gate.drain(1.0) == 2
+    await asyncio.wait(tasks)
+    assert ended == ["a returned", "b cancelled"]
+    assert gate.live == 0
+
+
 async def test_gate_admission_not_used_is_given_back() -> None:
-    gate = SessionGate(max_sessions=1)
+    gate: SessionGate[None] = SessionGate(max_sessions=1)
     with gate.admit() as admission:
         assert admission is not None
     assert gate.refusal() is None

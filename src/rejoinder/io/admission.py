@@ -1,11 +1,13 @@
 """Who may start a session: a limit on live sessions, and a graceful drain.
 
-``SessionGate`` is framework-free. The server asks ``refusal()`` before it accepts a
-connection that would start a session (the WebSocket upgrade, a WebRTC offer) and answers
-HTTP 503 with the reason when there is one; every entry-point call runs inside
-``gate.run(...)``, which counts it as live. ``drain(timeout)`` stops admitting, waits up to
-``timeout`` seconds for the live sessions to end on their own, then cancels the rest (each
-entry point's ``finally`` closes its session) and waits for them, bounded.
+``SessionGate`` is framework-free. The server wraps each request that would start a
+session (the WebSocket upgrade, a WebRTC offer) in ``gate.admit()`` and answers HTTP 503
+with ``refusal()`` when it is refused; every entry-point call runs inside
+``gate.run(entrypoint, conn)``, which counts it as live. ``drain(seconds)`` stops
+admitting, waits up to ``seconds`` for the live sessions to end on their own, then closes
+the rest: ``close(conn)`` first (the app closes the connection's session, so the entry
+point returns and the transport says goodbye), cancelling what is still running after
+``CANCEL_GRACE`` seconds.
 
 A request that was admitted holds a place until its entry point starts (or the request
 ends without one), so two requests racing for the last place cannot both get it.
@@ -19,13 +21,13 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 __all__ = ["Admission", "SessionGate"]
 
 logger = logging.getLogger("rejoinder.io.admission")
 
-T = TypeVar("T")
+C = TypeVar("C")
 
 CANCEL_GRACE = 5.0
 """Seconds a cancelled session gets to close after the drain timeout."""
@@ -35,7 +37,7 @@ CANCEL_GRACE = 5.0
 class Admission:
     """A place held by an admitted request until its entry point starts."""
 
-    gate: SessionGate
+    gate: SessionGate[Any]
     claimed: bool = False
     released: bool = False
 
@@ -53,11 +55,15 @@ _current: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
 
 
 @dataclass(eq=False)
-class SessionGate:
-    """Counts live sessions, refuses over ``max_sessions`` and while draining."""
+class SessionGate(Generic[C]):
+    """Counts live sessions, refuses over ``max_sessions`` and while draining.
+
+    ``close``: how to end one live connection gracefully when the drain time is up
+    (default: cancel its entry point)."""
 
     max_sessions: int | None = None
-    _live: set[asyncio.Task[Any]] = field(default_factory=set)
+    close: Callable[[C], Awaitable[None]] | None = None
+    _live: dict[asyncio.Task[Any], C] = field(default_factory=dict)
     _held: set[Admission] = field(default_factory=set)
     _draining: bool = False
     _idle: asyncio.Event | None = None
@@ -74,6 +80,11 @@ class SessionGate:
     def live(self) -> int:
         """Sessions whose entry point is running."""
         return len(self._live)
+
+    @property
+    def connections(self) -> list[C]:
+        """The connections whose entry point is running."""
+        return list(self._live.values())
 
     @property
     def draining(self) -> bool:
@@ -113,7 +124,7 @@ class SessionGate:
             if not admission.claimed:
                 admission.release()
 
-    async def run(self, entrypoint: Callable[[T], Awaitable[None]], conn: T) -> None:
+    async def run(self, entrypoint: Callable[[C], Awaitable[None]], conn: C) -> None:
         """Run one entry-point call as a live session."""
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always called from a task
@@ -125,12 +136,12 @@ class SessionGate:
         elif self._draining:
             logger.info("a connection arrived while draining; not starting its session")
             return
-        self._live.add(task)
+        self._live[task] = conn
         self.started_total += 1
         try:
             await entrypoint(conn)
         finally:
-            self._live.discard(task)
+            self._live.pop(task, None)
             self._changed()
 
     # ------------------------------------------------------------- draining
@@ -144,7 +155,7 @@ class SessionGate:
         cancel the rest. Returns how many had to be cancelled."""
         self.stop_admitting()
         await self.wait_idle(seconds)
-        return await self.cancel_all()
+        return await self.close_all()
 
     async def wait_idle(self, seconds: float | None = None) -> bool:
         """Wait until no session is live (``True``) or ``seconds`` passed (``False``)."""
@@ -161,16 +172,33 @@ class SessionGate:
                 return not self._live
         return True
 
-    async def cancel_all(self, grace: float = CANCEL_GRACE) -> int:
-        """Cancel every live session and wait up to ``grace`` seconds for them to stop."""
-        tasks = list(self._live)
-        for task in tasks:
+    async def close_all(self, grace: float = CANCEL_GRACE) -> int:
+        """End every live session: ``close(conn)`` for each (when given), then cancel the
+        entry points still running after ``grace`` seconds. Returns how many were live."""
+        live = dict(self._live)
+        if not live:
+            return 0
+        tasks = set(live)
+        if self.close is not None:
+            closing = [asyncio.ensure_future(self._close_one(conn)) for conn in live.values()]
+            await asyncio.wait(tasks, timeout=grace)
+            for future in closing:
+                future.cancel()
+        still = [task for task in tasks if not task.done()]
+        for task in still:
             task.cancel()
-        if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=grace)
+        if still:
+            _done, pending = await asyncio.wait(still, timeout=grace)
             if pending:
                 logger.warning("%d session(s) did not stop within %.1f s", len(pending), grace)
-        return len(tasks)
+        return len(live)
+
+    async def _close_one(self, conn: C) -> None:
+        assert self.close is not None
+        try:
+            await self.close(conn)
+        except Exception:
+            logger.exception("closing a live session failed")
 
     def _changed(self) -> None:
         if self._idle is not None and not self._live:
