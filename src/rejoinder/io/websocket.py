@@ -1,0 +1,379 @@
+"""The WebSocket transport: protocol v1 (``docs/protocol.md``) over ``GET /ws``.
+
+Two layers. ``WebSocketPeer`` is framework-free: it is fed the frames a socket received
+(``receive_text``, ``receive_bytes``), builds the ``Connection`` once the client's
+``start`` arrived, and puts what must be sent (text, audio, a close) in its ``Outbox``,
+which one writer drains. ``websocket_handler`` is the thin aiohttp layer on top: it
+upgrades the request, pumps frames in and the outbox out, runs the entry point, and
+bounds every wait (the ``start`` message, heartbeats, the entry point's exit).
+
+One client's junk never reaches another: every failure is confined to its own peer, and
+is answered with an ``error`` event (recoverable mistakes) or an ``error`` event and a
+close code (``CloseCode``: non-JSON text 1007, oversize frames 1009, audio before
+``start`` 1003, an invalid ``start`` 1008).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import WSMsgType, web
+
+from ..models.audio import AudioFrame
+from .connection import Connection, Entrypoint, PushAudioInput
+from .playback import ReportedPlayback
+from .protocol import (
+    MAX_TEXT_CHARS,
+    Clear,
+    CloseCode,
+    ErrorCode,
+    ErrorMessage,
+    ProtocolError,
+    ServerMessage,
+    Start,
+    encode,
+    parse_client_message,
+)
+
+__all__ = [
+    "CloseRequest",
+    "Outbox",
+    "WebSocketOptions",
+    "WebSocketPeer",
+    "websocket_handler",
+]
+
+logger = logging.getLogger("rejoinder.io.websocket")
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketOptions:
+    output_sample_rate: int = 24000
+    """Rate of the agent audio sent, unless ``match_tts_rate`` and the TTS has one."""
+    match_tts_rate: bool = True
+    """Send at the session's TTS rate (no resampling on the server)."""
+    max_frame_bytes: int = 256 * 1024
+    """Largest frame accepted (about 8 s of 16 kHz audio); larger: close 1009."""
+    max_mic_seconds: float = 5.0
+    """Microphone audio that may wait to be read by the session."""
+    start_timeout: float = 10.0
+    """Seconds the client has to send ``start`` after connecting."""
+    heartbeat: float | None = 15.0
+    """Ping interval; a client that does not answer is dropped."""
+    max_queued_messages: int = 2000
+    """Text messages the client may leave unread before it is dropped (close 4002)."""
+    max_queued_audio_bytes: int = 1024 * 1024
+    """Agent audio waiting to be written before the session is made to wait."""
+    close_timeout: float = 30.0
+    """How long the entry point gets to return after the client left."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequest:
+    code: CloseCode
+    reason: str
+
+
+class Outbox:
+    """What is to be written to one socket, in order: text messages, audio and at most
+    one close. Text never waits (a client that lets ``max_messages`` pile up is closed
+    with ``SLOW_CLIENT``); audio waits while ``max_audio_bytes`` are queued, which is the
+    session's backpressure. ``clear_audio`` drops the audio not yet written, including a
+    frame still waiting for room."""
+
+    def __init__(self, *, max_messages: int = 2000, max_audio_bytes: int = 1024 * 1024) -> None:
+        self._items: deque[str | bytes] = deque()
+        self._max_messages = max_messages
+        self._max_audio = max_audio_bytes
+        self._messages = 0
+        self._audio = 0
+        self._generation = 0
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.close_request: CloseRequest | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self.close_request is not None
+
+    def put_text(self, text: str) -> None:
+        if self.closing:
+            return
+        if self._messages >= self._max_messages:
+            self.close(CloseCode.SLOW_CLIENT, "the client does not read its messages")
+            return
+        self._messages += 1
+        self._items.append(text)
+        self._ready.set()
+
+    async def put_audio(self, data: bytes) -> None:
+        generation = self._generation
+        while self._audio >= self._max_audio and not self.closing:
+            self._room.clear()
+            await self._room.wait()
+            if generation != self._generation:
+                return  # cleared while it waited: this audio was interrupted
+        if self.closing or generation != self._generation:
+            return
+        self._audio += len(data)
+        self._items.append(data)
+        self._ready.set()
+
+    def clear_audio(self) -> None:
+        self._generation += 1
+        if self._audio:
+            self._items = deque(item for item in self._items if isinstance(item, str))
+            self._audio = 0
+        self._room.set()
+
+    def close(self, code: CloseCode, reason: str) -> None:
+        """Write what is queued, then close (the first close asked for wins)."""
+        if self.close_request is None:
+            self.close_request = CloseRequest(code, reason)
+            self._ready.set()
+            self._room.set()
+
+    async def get(self) -> str | bytes | CloseRequest:
+        """The next thing to write; the ``CloseRequest`` once the queue is empty."""
+        while True:
+            if self._items:
+                item = self._items.popleft()
+                if isinstance(item, str):
+                    self._messages -= 1
+                else:
+                    self._audio -= len(item)
+                    self._room.set()
+                return item
+            if self.close_request is not None:
+                return self.close_request
+            self._ready.clear()
+            await self._ready.wait()
+
+
+class WebSocketPeer:
+    """One client of the WebSocket transport, without the socket."""
+
+    def __init__(
+        self,
+        options: WebSocketOptions | None = None,
+        *,
+        remote: str | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> None:
+        self.options = options or WebSocketOptions()
+        self.outbox = Outbox(
+            max_messages=self.options.max_queued_messages,
+            max_audio_bytes=self.options.max_queued_audio_bytes,
+        )
+        self.connection: Connection | None = None
+        self._remote = remote
+        self._query = dict(query or {})
+        self._overrun_reported = False
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, message: ServerMessage) -> None:
+        self.outbox.put_text(encode(message))
+
+    def fail(self, code: CloseCode, error_code: str, message: str) -> None:
+        """Tell the client why, then close with ``code``."""
+        self.send(ErrorMessage(code=error_code, message=message))
+        self.outbox.close(code, message[:120])
+
+    # ---------------------------------------------------------- receiving
+
+    def receive_text(self, text: str) -> Connection | None:
+        """A text frame. Returns the new ``Connection`` when it was the ``start``."""
+        if self.outbox.closing:
+            return None
+        try:
+            message = parse_client_message(text)
+        except ProtocolError as exc:
+            if exc.code == ErrorCode.INVALID_JSON:
+                self.fail(CloseCode.INVALID_JSON, exc.code, exc.message)
+            elif exc.code == ErrorCode.TOO_LARGE:
+                self.fail(CloseCode.MESSAGE_TOO_BIG, exc.code, exc.message)
+            elif self.connection is None and _looks_like_start(text):
+                self.fail(CloseCode.POLICY_VIOLATION, exc.code, exc.message)
+            else:
+                self.send(ErrorMessage(code=exc.code, message=exc.message))
+            return None
+        if self.connection is not None:
+            self.connection.receive(message)
+            return None
+        if not isinstance(message, Start):
+            self.send(
+                ErrorMessage(
+                    code=ErrorCode.NOT_STARTED, message=f"send start before {message.type}"
+                )
+            )
+            return None
+        return self._start(message)
+
+    def receive_bytes(self, data: bytes) -> None:
+        """A binary frame: microphone audio."""
+        if self.outbox.closing:
+            return
+        conn = self.connection
+        if conn is None:
+            self.fail(
+                CloseCode.UNSUPPORTED_DATA,
+                ErrorCode.NOT_STARTED,
+                "binary audio before start (send start with the sample rate first)",
+            )
+            return
+        if not conn.audio_input.push_pcm(data) and not self._overrun_reported:
+            self._overrun_reported = True  # once: the client cannot do much about it
+            self.send(
+                ErrorMessage(
+                    code=ErrorCode.AUDIO_OVERRUN,
+                    message="microphone audio arrives faster than it is heard; dropping",
+                )
+            )
+
+    def client_left(self) -> None:
+        self.outbox.close(CloseCode.NORMAL, "client left")
+        if self.connection is not None:
+            self.connection.client_left()
+
+    # ---------------------------------------------------------- internal
+
+    def _start(self, message: Start) -> Connection:
+        playback = ReportedPlayback(
+            self.options.output_sample_rate, self._send_audio, self._send_clear
+        )
+        self.connection = Connection(
+            transport="websocket",
+            audio_input=PushAudioInput(
+                message.sample_rate, max_seconds=self.options.max_mic_seconds
+            ),
+            audio_output=playback,
+            send=self.send,
+            remote=self._remote,
+            query=self._query,
+            match_tts_rate=self.options.match_tts_rate,
+        )
+        return self.connection
+
+    async def _send_audio(self, frame: AudioFrame) -> None:
+        await self.outbox.put_audio(frame.to_pcm())
+
+    def _send_clear(self) -> None:
+        self.outbox.clear_audio()
+        self.send(Clear())
+
+
+def _looks_like_start(text: str) -> bool:
+    return len(text) <= MAX_TEXT_CHARS and '"start"' in text
+
+
+# ----------------------------------------------------------------- aiohttp
+
+
+Runner = Callable[[Entrypoint, Connection], Awaitable[None]]
+"""How the entry point is called (``SessionGate.run`` counts live sessions)."""
+
+
+async def _call(entrypoint: Entrypoint, conn: Connection) -> None:
+    await entrypoint(conn)
+
+
+def websocket_handler(
+    entrypoint: Entrypoint,
+    options: WebSocketOptions | None = None,
+    *,
+    run: Runner | None = None,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler for ``GET /ws``: one ``WebSocketPeer`` per request."""
+    opts = options or WebSocketOptions()
+    runner = run or _call
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(
+            heartbeat=opts.heartbeat, max_msg_size=opts.max_frame_bytes, autoping=True
+        )
+        await ws.prepare(request)
+        peer = WebSocketPeer(opts, remote=request.remote, query=dict(request.query))
+        writer = asyncio.create_task(_write(ws, peer.outbox), name="rejoinder-ws-writer")
+        agent: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+
+        def no_start() -> None:
+            if peer.connection is None:
+                peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
+
+        start_deadline = loop.call_later(opts.start_timeout, no_start)
+        try:
+            # The writer's close (after a fail(), or once the agent is done) wakes this
+            # loop with CLOSING; aiohttp itself closes with 1009 on an oversize frame.
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    conn = peer.receive_text(msg.data)
+                    if conn is not None:
+                        start_deadline.cancel()
+                        agent = asyncio.create_task(
+                            _run_agent(runner, entrypoint, conn, peer), name="rejoinder-agent"
+                        )
+                elif msg.type == WSMsgType.BINARY:
+                    peer.receive_bytes(msg.data)
+                elif msg.type == WSMsgType.ERROR:
+                    logger.info("websocket %s: %r", request.remote, ws.exception())
+                    break
+        finally:
+            start_deadline.cancel()
+            peer.client_left()
+            if agent is not None:
+                await _bounded(agent, opts.close_timeout, "the entry point")
+            await _bounded(writer, 5.0, "the socket writer")
+            if not ws.closed:
+                with contextlib.suppress(Exception):
+                    await ws.close()
+        return ws
+
+    return handle
+
+
+async def _write(ws: web.WebSocketResponse, outbox: Outbox) -> None:
+    try:
+        while True:
+            item = await outbox.get()
+            if isinstance(item, CloseRequest):
+                await ws.close(code=int(item.code), message=item.reason.encode())
+                return
+            if isinstance(item, str):
+                await ws.send_str(item)
+            else:
+                await ws.send_bytes(item)
+    except (ConnectionError, RuntimeError) as exc:  # the socket went away under us
+        logger.debug("websocket writer stopped: %r", exc)
+        outbox.close(CloseCode.NORMAL, "socket closed")
+
+
+async def _run_agent(
+    runner: Runner, entrypoint: Entrypoint, conn: Connection, peer: WebSocketPeer
+) -> None:
+    try:
+        await runner(entrypoint, conn)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.exception("the entry point failed for %s", conn.id)
+        peer.fail(CloseCode.INTERNAL_ERROR, ErrorCode.INTERNAL, f"the agent failed: {exc!r}"[:300])
+        return
+    peer.outbox.close(CloseCode.NORMAL, "session ended")
+
+
+async def _bounded(task: asyncio.Task[None], seconds: float, what: str) -> None:
+    done, _ = await asyncio.wait((task,), timeout=seconds)
+    if not done:
+        logger.warning("%s did not finish within %.1f s; cancelling it", what, seconds)
+        task.cancel()
+        await asyncio.wait((task,), timeout=5.0)
+    elif not task.cancelled() and task.exception() is not None:
+        logger.warning("%s failed: %r", what, task.exception())
