@@ -180,5 +180,27 @@ async def test_gate_admission_not_used_is_given_back() -> None:
     with gate.admit() as admission:
         assert admission is not None
     assert gate.refusal() is None
+    # A WebRTC offer: the place stays held for a while after the answer went out.
+    with gate.admit(linger=3.0) as admission:
+        assert admission is not None
+    assert gate.refusal() is not None
+    await asyncio.sleep(3.0)
+    assert gate.refusal() is None
+
+    # ... and the session that starts later, from a task the request created, takes it.
+    release = asyncio.Event()
+
+    async def later() -> None:
+        await asyncio.sleep(1.0)
+        await gate.run(lambda _conn: release.wait(), None)  # type: ignore[arg-type, return-value]
+
+    with gate.admit(linger=3.0):
+        task = asyncio.create_task(later())
+    await asyncio.sleep(5.0)
+    assert gate.live == 1
+    assert gate.refusal() is not None
+    release.set()
+    await task
+    assert gate.refusal() is None
     with pytest.raises(ValueError, match="at least 1"):
         SessionGate(max_sessions=0)

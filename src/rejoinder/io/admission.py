@@ -40,13 +40,27 @@ class Admission:
     gate: SessionGate[Any]
     claimed: bool = False
     released: bool = False
+    _timer: asyncio.TimerHandle | None = None
 
     def release(self) -> None:
-        """The request ended: give the place back unless a session took it."""
+        """Give the place back (unless a session took it)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self.released:
             self.released = True
             self.gate._held.discard(self)
             self.gate._changed()
+
+    def release_later(self, seconds: float) -> None:
+        if seconds <= 0:
+            self.release()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(seconds, self.release)
+
+    def claim(self) -> None:
+        self.claimed = True
+        self.release()
 
 
 _current: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
@@ -105,11 +119,13 @@ class SessionGate(Generic[C]):
     # ----------------------------------------------------------- admitting
 
     @contextlib.contextmanager
-    def admit(self) -> Iterator[Admission | None]:
+    def admit(self, linger: float = 0.0) -> Iterator[Admission | None]:
         """Around a request that may start a session: yields ``None`` when refused, else
         an ``Admission`` that holds a place until the request's entry point starts. The
         place is held in a context variable, so a task the request creates to run the
-        entry point finds it."""
+        entry point finds it. ``linger``: how long the place stays held after the request
+        ended without its entry point starting yet (a WebRTC answer is sent before the
+        peer connects and the session starts)."""
         if self.refusal() is not None:
             self.refused_total += 1
             yield None
@@ -122,7 +138,7 @@ class SessionGate(Generic[C]):
         finally:
             _current.reset(token)
             if not admission.claimed:
-                admission.release()
+                admission.release_later(linger)
 
     async def run(self, entrypoint: Callable[[C], Awaitable[None]], conn: C) -> None:
         """Run one entry-point call as a live session."""
@@ -131,8 +147,7 @@ class SessionGate(Generic[C]):
             raise RuntimeError("SessionGate.run must be awaited in a task")
         admission = _current.get()
         if admission is not None and not admission.claimed and not admission.released:
-            admission.claimed = True
-            self._held.discard(admission)
+            admission.claim()
         elif self._draining:
             logger.info("a connection arrived while draining; not starting its session")
             return
