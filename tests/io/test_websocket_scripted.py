@@ -1,0 +1,236 @@
+"""The WebSocket transport over a real socket on 127.0.0.1, in real time, with the test
+kit's scripted models (energy VAD, scripted STT/LLM/TTS): fast and deterministic enough to
+check playback truth, barge-in and junk handling exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestServer
+
+import rejoinder as rj
+from rejoinder.io import Connection, create_app
+from rejoinder.io.protocol import (
+    AgentStateMessage,
+    Clear,
+    CloseCode,
+    ErrorMessage,
+    TranscriptMessage,
+)
+from rejoinder.io.websocket import WebSocketOptions
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD, speech_frame
+
+from ._client import VoiceClient
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
+
+MIC = 16000
+
+
+def tone(seconds: float) -> bytes:
+    return speech_frame(seconds, MIC).to_pcm()
+
+
+Served = tuple[str, list[rj.AgentSession[Any]], list[Connection]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    servers: list[TestServer] = []
+
+    async def start(make_session: Callable[[], rj.AgentSession[Any]], **options: Any) -> Served:
+        sessions: list[rj.AgentSession[Any]] = []
+        conns: list[Connection] = []
+
+        async def entrypoint(conn: Connection) -> None:
+            session = make_session()
+            sessions.append(session)
+            conns.append(conn)
+            await conn.serve(session, rj.Agent(instructions="test"))
+
+        app = create_app(entrypoint, websocket=WebSocketOptions(**options))
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("/ws")), sessions, conns
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+def scripted(replies: list[list[Any]], transcripts: list[str], **tts: Any) -> Any:
+    def make() -> rj.AgentSession[Any]:
+        return rj.AgentSession(
+            llm=ScriptedLLM(replies),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT(transcripts),
+            tts=ScriptedTTS(**tts),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+
+    return make
+
+
+async def test_a_spoken_turn_is_answered_and_speaking_follows_the_clients_playback(
+    serve: Any,
+) -> None:
+    url, sessions, _ = await serve(scripted([["Hello there."]], ["Hi."], seconds_per_char=0.03))
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC, jitter=0.25)
+        ready = await client.start()
+        assert ready.protocol == 1 and ready.sample_rate == 24000
+        await client.silence(0.2)
+        await client.speak(tone(0.6))
+        await client.silence(0.5)
+        await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "user" and m.final, 5
+        )
+        final = await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 10
+        )
+        assert isinstance(final, TranscriptMessage)
+        assert final.text == "Hello there." and not final.interrupted
+        await client.until(lambda: client.states()[-1][1] == "listening", 5)
+        await client.close()
+
+    states = [s for _, s in client.states()]
+    assert states == ["initializing", "listening", "thinking", "speaking", "listening"]
+    times = dict((s, t) for t, s in reversed(client.states()))  # first time of each
+    spoke_at = next(t for t, s in client.states() if s == "speaking")
+    done_at = [t for t, s in client.states() if s == "listening"][-1]
+    first_audio = client.audio_arrivals[0][0]
+    first_heard = next(r.at for r in client.reports if r.samples > 0)
+    last_heard = next(r.at for r in client.reports if r.samples >= client.received)
+    assert client.received == round(len("Hello there.") * 0.03 * 50) * 480
+    # speaking follows the reports, not the sending: audio arrived a jitter buffer
+    # earlier than it was heard, and the state changed only after the first report.
+    assert first_audio < first_heard < spoke_at
+    assert first_heard - first_audio >= 0.2
+    assert last_heard < done_at
+    assert times["thinking"] < first_audio
+    history = [(m.role, m.content, m.interrupted) for m in sessions[0].history.messages()]
+    assert history == [("user", "Hi.", False), ("assistant", "Hello there.", False)]
+
+
+async def test_barge_in_clears_the_client_and_the_history_keeps_what_was_heard(
+    serve: Any,
+) -> None:
+    long = "This is a long answer that goes on and on for quite a while. " * 3
+    url, sessions, _ = await serve(
+        scripted([[long], ["Okay."]], ["Tell me a story.", "Stop."], seconds_per_char=0.03)
+    )
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC, jitter=0.05)
+        await client.start()
+        await client.speak(tone(0.5))
+        await client.silence(0.4)
+        await client.wait_for(
+            lambda m: isinstance(m, AgentStateMessage) and m.state == "speaking", 5
+        )
+        await client.silence(1.0)  # hear about a second of it
+        await client.speak(tone(0.8))  # then talk over it
+        clear = await client.wait_for(lambda m: isinstance(m, Clear), 5)
+        assert clear is not None
+        await client.silence(0.4)
+        first = await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 5
+        )
+        assert isinstance(first, TranscriptMessage) and first.interrupted
+        await client.wait_for(
+            lambda m: (
+                isinstance(m, TranscriptMessage)
+                and m.role == "agent"
+                and m.final
+                and m.text == "Okay."
+            ),
+            10,
+        )
+        await client.close()
+
+    cleared = [r for r in client.reports if r.cleared]
+    assert len(cleared) == 1 and client.dropped > 0
+    heard_seconds = cleared[0].samples / client.rate
+    assert 0.8 < heard_seconds < 3.0
+    messages = sessions[0].history.messages()
+    cut = next(m for m in messages if m.role == "assistant" and m.interrupted)
+    assert cut.content and long.startswith(cut.content)
+    # paced by the scripted TTS's rate: what was heard, give or take a report and a word
+    assert abs(len(cut.content) * 0.03 - heard_seconds) < 0.5
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def _junk(url: str, *frames: str | bytes) -> tuple[list[dict[str, Any]], int | None]:
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        for frame in frames:
+            if isinstance(frame, str):
+                await ws.send_str(frame)
+            else:
+                await ws.send_bytes(frame)
+        got: list[dict[str, Any]] = []
+        async with asyncio.timeout(5):
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    got.append(json.loads(msg.data))
+                    if got[-1]["type"] == "ready":
+                        await ws.send_str('{"type": "wave"}')
+                    if got[-1]["type"] == "error" and got[-1]["code"] == "unknown_type":
+                        await ws.close()
+        return got, ws.close_code
+
+
+async def test_junk_gets_an_error_or_a_close_code_and_leaves_other_sessions_alone(
+    serve: Any,
+) -> None:
+    url, _, _ = await serve(
+        scripted([["Hello there."]], ["Hi."], seconds_per_char=0.03), max_frame_bytes=4096
+    )
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        good = VoiceClient(ws, MIC)
+        await good.start()
+
+        got, code = await _junk(url, "not json {")
+        assert code == CloseCode.INVALID_JSON and got[-1]["code"] == "invalid_json"
+        got, code = await _junk(url, b"\x00\x01" * 10)
+        assert code == CloseCode.UNSUPPORTED_DATA and got[-1]["code"] == "not_started"
+        got, code = await _junk(url, '{"type": "start", "sample_rate": "fast"}')
+        assert code == CloseCode.POLICY_VIOLATION and got[-1]["code"] == "invalid_message"
+        got, code = await _junk(url, '{"type": "start", "sample_rate": 16000}', b"\0" * 5000)
+        assert code == CloseCode.MESSAGE_TOO_BIG
+        # recoverable: an error event each, and the socket stays open
+        got, code = await _junk(
+            url,
+            '{"type": "played", "samples": 1}',
+            "[1, 2]",
+            '{"type": "start", "sample_rate": 16000}',
+        )
+        kinds = [(m["type"], m.get("code")) for m in got]
+        assert kinds[:2] == [("error", "not_started"), ("error", "invalid_message")]
+        assert ("error", "unknown_type") in kinds and code == 1000
+
+        # the first client was never disturbed: it still talks to its agent
+        await good.speak(tone(0.6))
+        await good.silence(0.5)
+        final = await good.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 10
+        )
+        assert isinstance(final, TranscriptMessage) and final.text == "Hello there."
+        assert not any(isinstance(m, ErrorMessage) for m in good.of_type(ErrorMessage))
+        await good.close()
+
+
+async def test_a_start_that_never_comes_times_out(serve: Any) -> None:
+    url, _, _ = await serve(scripted([], []), start_timeout=0.3)
+    got, code = await _junk(url)
+    assert code == CloseCode.START_TIMEOUT and got[-1]["code"] == "start_timeout"
+
+
+def test_silence_helper() -> None:
+    assert np.frombuffer(tone(0.02), "<i2").size == 320
