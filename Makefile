@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench stress clean
+.PHONY: demo test lint typecheck pytest chromium bench stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
-pytest: $(STAMP)
+pytest: $(STAMP) chromium
 	$(BIN)/pytest
+
+# The page's tests (tests/io/test_browser.py) drive Debian's chromium through Playwright
+# (Playwright's own browser download is not used); without it they are skipped.
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; } \
+		|| echo "chromium could not be installed: the browser tests will be skipped"
 
 bench: $(STAMP)
 	$(BIN)/python bench/turn_latency.py
