@@ -55,8 +55,8 @@ class CaptureProcessor extends AudioWorkletProcessor {
         this.frame[this.filled++] = Math.max(-32768, Math.min(32767, Math.round(v * 32767)));
         if (this.filled === this.frame.length) {
           const out = this.frame;
+          this.frame = new Int16Array(out.length); // before the transfer empties `out`
           this.port.postMessage(out.buffer, [out.buffer]);
-          this.frame = new Int16Array(out.length);
           this.filled = 0;
         }
         this.t += this.step;

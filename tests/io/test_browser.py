@@ -1,0 +1,297 @@
+"""The page in headless Chromium, talking to a real app on 127.0.0.1 in real time.
+
+Chromium's fake microphone plays a WAV that eSpeak NG spoke; the app's entry point runs
+the test kit's energy VAD and scripted STT/LLM with eSpeak NG as the TTS, so the answer
+is real speech. Each test checks what the page showed (``window.rejoinder``, filled from
+the protocol messages it received, and the DOM): the user's turn, a tool call,
+``thinking -> speaking -> listening``, the answer's transcript and audio that played.
+
+Needs Debian's ``chromium`` (``make test`` installs it) and Playwright for Python, which
+drives it through ``executable_path`` (Playwright's own browser download is not used).
+Screenshots go to ``$REJOINDER_SCREENSHOTS`` when set (else the test's tmp dir).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import wave
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+import rejoinder as rj
+from rejoinder.io import Connection, create_app
+from rejoinder.io.static import page_routes
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedVAD, ToolCall
+
+CHROMIUM = "/usr/bin/chromium"
+playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+pytestmark = [
+    pytest.mark.looptime(False),
+    pytest.mark.timeout(40),
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+    ),
+]
+
+QUESTION = "What time is it?"
+ANSWER = "It is three o'clock."
+LONG_ANSWER = (
+    "It is three o'clock in the afternoon, and the sun is still high above the hills, "
+    "so there is plenty of time left for a walk before dinner."
+)
+SHOWED_ANSWER = """() => {
+  const agent = window.rejoinder.states.filter((s) => s.who === "agent").map((s) => s.state);
+  const at = agent.indexOf("speaking");
+  return at > 0 && agent.slice(at).includes("listening");
+}"""
+
+
+class Assistant(rj.Agent):
+    def __init__(self) -> None:
+        super().__init__(instructions="You tell the time.")
+
+    @rj.function_tool
+    async def check_clock(self) -> str:
+        """Read the clock."""
+        await asyncio.sleep(0.3)
+        return "three o'clock"
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+def _speech_48k(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
+    espeak = pytest.importorskip("rejoinder.providers.local.espeak")
+    soxr = pytest.importorskip("soxr")
+    pcm = espeak._render(text, "en-us", 175)
+    resampled: np.ndarray[Any, np.dtype[np.float32]] = soxr.resample(
+        pcm.astype(np.float32) / 32768, espeak.SAMPLE_RATE, 48000
+    )
+    return resampled
+
+
+def _write_wav(path: Path, parts: list[np.ndarray[Any, np.dtype[np.float32]] | float]) -> Path:
+    """48 kHz mono 16-bit: arrays are audio, floats are seconds of silence."""
+    audio = np.concatenate(
+        [np.zeros(round(p * 48000), np.float32) if isinstance(p, float) else p for p in parts]
+    )
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(48000)
+        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def question_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("mic")
+    return _write_wav(folder / "question.wav", [0.6, _speech_48k(QUESTION), 15.0])
+
+
+@pytest.fixture(scope="module")
+def barge_in_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The question, then, while the long answer plays, the user talks over it."""
+    folder = tmp_path_factory.mktemp("mic")
+    question = _speech_48k(QUESTION)
+    return _write_wav(folder / "barge_in.wav", [0.6, question, 3.0, _speech_48k("Stop."), 15.0])
+
+
+def _entrypoint(replies: list[list[Any]], transcripts: list[str]) -> Any:
+    async def entrypoint(conn: Connection) -> None:
+        from rejoinder.providers.local import EspeakTTS
+
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=ScriptedLLM(replies),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT(transcripts),
+            tts=EspeakTTS(),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+        await conn.serve(session, Assistant())
+
+    return entrypoint
+
+
+def _has_route(app: web.Application, method: str, path: str) -> bool:
+    return any(
+        route.method == method and route.resource is not None and route.resource.canonical == path
+        for route in app.router.routes()
+    )
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., Awaitable[tuple[str, web.Application]]]]:
+    servers: list[TestServer] = []
+
+    async def start(entrypoint: Any) -> tuple[str, web.Application]:
+        app = create_app(entrypoint)
+        if not _has_route(app, "GET", "/"):  # until the app mounts the page itself
+            app.add_routes(page_routes())
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("/")), app
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def open_page() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """A headless Chromium page whose microphone plays ``wav`` (once)."""
+    async with playwright_api.async_playwright() as pw:
+        browsers: list[Any] = []
+
+        async def start(url: str, wav: Path) -> Any:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--use-fake-device-for-media-stream",
+                    "--use-fake-ui-for-media-stream",
+                    f"--use-file-for-fake-audio-capture={wav}%noloop",
+                    "--allow-loopback-in-peer-connection",
+                    "--autoplay-policy=no-user-gesture-required",
+                ],
+            )
+            browsers.append(browser)
+            page = await browser.new_page(viewport={"width": 1100, "height": 820})
+            page.errors = []
+            page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+            await page.goto(url)
+            return page
+
+        yield start
+        for browser in browsers:
+            await browser.close()
+
+
+async def _screenshot(page: Any, tmp_path: Path, name: str) -> None:
+    folder = Path(os.environ.get("REJOINDER_SCREENSHOTS") or tmp_path)
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    await page.wait_for_timeout(300)  # let the state swatches finish their transition
+    await page.screenshot(path=str(folder / f"{name}.png"))
+
+
+async def _seen(page: Any) -> dict[str, Any]:
+    seen: dict[str, Any] = await page.evaluate(
+        """() => {
+      const R = window.rejoinder;
+      return {
+        agent: R.states.filter((s) => s.who === "agent").map((s) => [s.state, s.t]),
+        user: R.states.filter((s) => s.who === "user").map((s) => s.state),
+        types: R.events.map((e) => e.type),
+        audio: R.audio, errors: R.errors, mic: R.mic,
+        shown: document.querySelector("#agent-state").dataset.state,
+        bubbles: [...document.querySelectorAll(".msg")].map((el) => [el.className, el.textContent]),
+        tools: [...document.querySelectorAll(".chip")].map((el) => el.textContent),
+      };
+    }"""
+    )
+    return seen
+
+
+def _in_order(states: list[str], wanted: list[str]) -> bool:
+    it = iter(states)
+    return all(state in it for state in wanted)
+
+
+async def _converse(page: Any, transport: str) -> dict[str, Any]:
+    await page.click(f"#t-{transport}")
+    await page.click("#connect")
+    await page.wait_for_function(SHOWED_ANSWER, timeout=15000)
+    return await _seen(page)
+
+
+def _check_answer(seen: dict[str, Any]) -> None:
+    agent = [state for state, _ in seen["agent"]]
+    assert _in_order(agent, ["listening", "thinking", "speaking", "listening"]), agent
+    assert _in_order(seen["user"], ["listening", "speaking", "listening"]), seen["user"]
+    assert seen["shown"] == "listening"
+    assert ["msg user", QUESTION] in seen["bubbles"], seen["bubbles"]
+    assert ["msg agent", ANSWER] in seen["bubbles"], seen["bubbles"]
+    assert any("check_clock" in chip and "running" not in chip for chip in seen["tools"])
+    assert "tool" in seen["types"]
+    assert not seen["errors"]
+    # Playback truth: speaking began only once the page had played something.
+    speaking_at = next(t for state, t in seen["agent"] if state == "speaking")
+    assert seen["audio"]["firstPlayed"] is not None
+    assert seen["audio"]["firstPlayed"] <= speaking_at
+
+
+# ------------------------------------------------------------------- tests
+
+
+async def test_websocket_page_shows_the_answer_it_played(
+    serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
+) -> None:
+    url, _ = await serve(_entrypoint([[ToolCall("check_clock")], [ANSWER]], [QUESTION]))
+    page = await open_page(url, question_wav)
+    seen = await _converse(page, "websocket")
+    await _screenshot(page, tmp_path, "websocket")
+    _check_answer(seen)
+    assert seen["mic"]["sent"] > 16000  # over a second of microphone audio went out
+    audio = seen["audio"]
+    assert audio["rate"] == 22050  # eSpeak NG's rate: the server sent it as is
+    assert audio["received"] > 0.5 * audio["rate"]
+    assert audio["played"] == audio["received"]  # every sample played, and reported
+    # listening came after the page played the last sample, not when the audio arrived
+    listening_at = [t for state, t in seen["agent"] if state == "listening"][-1]
+    assert audio["lastPlayed"] <= listening_at
+    assert not page.errors
+
+
+async def test_websocket_barge_in_drops_queued_audio(
+    serve: Any, open_page: Any, barge_in_wav: Path, tmp_path: Path
+) -> None:
+    url, _ = await serve(_entrypoint([[LONG_ANSWER], ["Okay."]], [QUESTION, "Stop."]))
+    page = await open_page(url, barge_in_wav)
+    await page.click("#t-websocket")
+    await page.click("#connect")
+    await page.wait_for_function(
+        "() => document.querySelector('.msg.agent.cut') !== null", timeout=15000
+    )
+    seen = await _seen(page)
+    await _screenshot(page, tmp_path, "barge_in")
+    assert "clear" in seen["types"]
+    assert seen["audio"]["cleared"] >= 1  # the player said where it stopped
+    assert seen["audio"]["played"] < seen["audio"]["received"]  # the rest was dropped
+    cut = next(text for cls, text in seen["bubbles"] if "cut" in cls)
+    assert LONG_ANSWER.startswith(cut[:10])
+    assert len(cut) < len(LONG_ANSWER)  # what was heard, not what was sent
+    assert not page.errors
+
+
+async def test_webrtc_page_shows_the_answer_it_played(
+    serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
+) -> None:
+    url, app = await serve(_entrypoint([[ToolCall("check_clock")], [ANSWER]], [QUESTION]))
+    if not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, question_wav)
+    seen = await _converse(page, "webrtc")
+    await _screenshot(page, tmp_path, "webrtc")
+    _check_answer(seen)
+    audio = seen["audio"]
+    assert audio["rate"] == 48000
+    assert audio["played"] > 0.5 * 48000
+    assert audio["energy"] > 0  # the played track carried sound, not only silence
+    assert not page.errors
+
+
+def test_page_files_are_package_data() -> None:
+    """The page and its worklet ship inside the package (no network, no build step)."""
+    routes = {route.path for route in page_routes()}
+    assert routes == {"/", "/audio-worklet.js"}
+    static = Path(__file__).parents[2] / "src" / "rejoinder" / "io" / "static"
+    page = (static / "index.html").read_text()
+    assert "http://" not in page and "https://" not in page  # nothing from the network
