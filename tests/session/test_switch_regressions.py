@@ -114,12 +114,6 @@ async def test_outgoing_agents_tool_does_not_start_a_task_on_the_new_agent(
     assert h.output.segments == ["Let me"], h.output.segments
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an agent paused by a task while its on_enter runs keeps running that on_enter: "
-    "its say() lands on the task that is current, so the agent goes listening (the task "
-    "waits for the user) and then speaks the paused agent's greeting with nothing new",
-)
 async def test_paused_agents_on_enter_does_not_speak_through_the_task(
     make_session: MakeSession,
 ) -> None:

@@ -175,6 +175,15 @@ class AgentActivity:
         self._speeches.resume()
 
     @property
+    def session_context(self) -> SessionContext:
+        return self._ctx
+
+    @property
+    def closed(self) -> bool:
+        """It left (or is leaving): it says nothing more."""
+        return self._closed
+
+    @property
     def current_speech(self) -> SpeechHandle | None:
         return self._speeches.current
 

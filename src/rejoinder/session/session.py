@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..models import LLM, ChatContext
 from ..models.realtime import RealtimeModel
-from .activity import AgentActivity
+from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_stack import AgentStack
 from .agent_task import running_host
@@ -381,7 +381,7 @@ class AgentSession(Generic[Userdata]):
                 "say() speaks text through a TTS; this session's realtime model voices its "
                 "own replies: use generate_reply(instructions=...) or give the session a tts="
             )
-        return self._running_activity().create_speech(
+        return self._speaking_activity().create_speech(
             source="say", text=text, allow_interruptions=allow_interruptions
         )
 
@@ -399,7 +399,7 @@ class AgentSession(Generic[Userdata]):
             self._running_activity()  # raises if the session is not running
             return self._realtime.generate_reply(instructions, user_input)
         if user_input is None:
-            return self._running_activity().create_speech(
+            return self._speaking_activity().create_speech(
                 source="generate_reply",
                 request=ReplyRequest(instructions=instructions),
                 allow_interruptions=allow_interruptions,
@@ -514,6 +514,19 @@ class AgentSession(Generic[Userdata]):
         if activity is None:
             raise RuntimeError("the session is not running (call start() first)")
         return activity
+
+    def _speaking_activity(self) -> AgentActivity:
+        """Who says what an agent's own code asks for: that agent (from its tools and
+        hooks; a paused agent's speech waits until it resumes, and one that was replaced
+        says nothing more), or the current agent (from anywhere else: application code,
+        an ``on_exit``). What the user says always goes to the current agent."""
+        current = self._running_activity()
+        mine = running_activity.get()
+        if mine is None or mine is current or mine.session_context is not self._ctx:
+            return current
+        if mine.closed:
+            raise RuntimeError(f"{mine.agent.id} is no longer the current agent")
+        return mine
 
     def _is_closing(self) -> bool:
         return self._close_task is not None
