@@ -1,0 +1,56 @@
+"""Settings of the WebRTC transport (plain data: importing this needs no extra)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class IceServer:
+    """A STUN or TURN server: ``urls`` like ``"stun:stun.example.org:3478"`` or
+    ``"turn:turn.example.org:3478?transport=udp"`` (one URL or several)."""
+
+    urls: str | Sequence[str]
+    username: str | None = None
+    credential: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebRTCOptions:
+    """How each peer connection is set up, and how long each step may take."""
+
+    ice_servers: Sequence[IceServer] = ()
+    """STUN/TURN servers. None by default: no public server is ever contacted unless
+    configured here (aiortc's own default would be a public STUN server)."""
+    host_addresses: Sequence[str] | None = None
+    """Local addresses to offer as host candidates (None: every address aioice finds,
+    which never includes 127.0.0.1). ``["127.0.0.1"]`` serves a client on a
+    loopback-only host."""
+    input_sample_rate: int = 16000
+    """Rate of the microphone frames the session gets (mono, resampled with soxr)."""
+    gather_timeout: float = 5.0
+    """Seconds to gather local ICE candidates before answering an offer."""
+    connect_timeout: float = 15.0
+    """Seconds from the answer until ICE and DTLS are connected."""
+    data_channel_timeout: float = 5.0
+    """Seconds from connecting until the client's data channel is open."""
+    media_idle_timeout: float | None = 10.0
+    """A microphone track that delivers nothing for this long means the peer is gone
+    (a connected browser sends a packet every 20 ms, silence included)."""
+    leave_timeout: float = 30.0
+    """Seconds the entry point gets to return once the peer is gone (``Connection.serve``
+    closes its session well within this), after which it is cancelled."""
+    max_queued_audio: float = 1.0
+    """Seconds of agent audio queued ahead of the track; more makes the session wait."""
+    max_buffered_bytes: int = 1 << 20
+    """Data-channel bytes the client may leave unread before it is dropped as too slow."""
+    max_offer_bytes: int = 64 * 1024
+    """Largest ``POST /api/offer`` body accepted."""
+
+    def __post_init__(self) -> None:
+        if self.input_sample_rate <= 0:
+            raise ValueError("input_sample_rate must be positive")
+        for name in ("gather_timeout", "connect_timeout", "data_channel_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")

@@ -1,0 +1,311 @@
+"""One WebRTC peer: its ``RTCPeerConnection``, every bounded wait, and its teardown.
+
+``WebRTCPeer.answer(offer)`` checks the offer (an audio section and a data channel),
+attaches the agent's track and returns the answer with its ICE candidates (gathering is
+bounded by ``gather_timeout``). ``WebRTCPeer.run(entrypoint)`` then waits, each step
+bounded, for the connection and for the client's data channel, builds the ``Connection``
+the entry point receives, runs it, and closes everything when either side is done.
+
+The peer counts as gone, and the entry point's ``Connection`` is told so, when the
+connection state becomes ``failed`` or ``closed``, when the data channel closes, or when
+the microphone track ends or stays silent past ``media_idle_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from ..connection import Connection, Entrypoint, PushAudioInput
+from ..playback import ReportedPlayback
+from ..protocol import Clear, ClientMessage, Played, ServerMessage
+from . import _deps
+from ._ice import offering, rtc_ice_servers
+from .datachannel import ClientChannel
+from .media import TRACK_RATE, AgentTrack, forward_microphone
+from .options import WebRTCOptions
+
+_deps.require()
+
+from aiortc import (  # noqa: E402  # after the check that names the extra
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
+from aiortc.mediastreams import MediaStreamTrack  # noqa: E402
+
+from ...models.audio import AudioFrame  # noqa: E402
+
+logger = logging.getLogger("rejoinder.io.webrtc")
+
+T = TypeVar("T")
+
+
+Runner = Callable[[Entrypoint, Connection], Awaitable[None]]
+"""How the entry point is called (a host may count live sessions; as for WebSocket)."""
+
+
+async def _call(entrypoint: Entrypoint, conn: Connection) -> None:
+    await entrypoint(conn)
+
+
+class OfferError(ValueError):
+    """An offer this transport cannot answer (HTTP 400)."""
+
+
+class PeerGone(Exception):
+    """The peer left, or a bounded step ran out, before the session could start."""
+
+
+class WebRTCPeer:
+    """One client's peer connection, from its offer to its teardown."""
+
+    def __init__(
+        self,
+        options: WebRTCOptions,
+        *,
+        remote: str | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> None:
+        self.options = options
+        self.remote = remote
+        self.query = dict(query or {})
+        self.pc = RTCPeerConnection(
+            RTCConfiguration(iceServers=rtc_ice_servers(options.ice_servers))
+        )
+        self.track = AgentTrack(max_queued=options.max_queued_audio)
+        self.microphone = PushAudioInput(options.input_sample_rate)
+        self.connection: Connection | None = None
+        self._link: ClientChannel | None = None
+        self.gone = asyncio.Event()
+        """Set once the peer is gone (or closed by us)."""
+        self.why_gone = ""
+        self._connected = asyncio.Event()
+        self._channel: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
+        self._remote_track: MediaStreamTrack | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.pc.on("connectionstatechange", self._state_changed)
+        self.pc.on("track", self._track_received)
+        self.pc.on("datachannel", self._channel_opened)
+
+    # ---------------------------------------------------------- signalling
+
+    async def answer(self, sdp: str) -> str:
+        """The SDP answer to the client's offer (raises ``OfferError``, ``TimeoutError``)."""
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+        except ValueError as exc:  # aiortc's SDP parser and its checks raise ValueError
+            raise OfferError(f"the offer cannot be used: {exc}") from None
+        audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
+        if not audio:
+            raise OfferError("the offer has no audio section (add an audio transceiver)")
+        if self.pc.sctp is None:
+            raise OfferError("the offer has no data channel (create one before the offer)")
+        self.pc.addTrack(self.track)
+        answer = await self.pc.createAnswer()
+        with offering(self.options.host_addresses):
+            try:
+                async with asyncio.timeout(self.options.gather_timeout):
+                    await self.pc.setLocalDescription(answer)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"gathering ICE candidates took longer than {self.options.gather_timeout} s"
+                ) from None
+        local = self.pc.localDescription
+        if "a=candidate:" not in local.sdp:
+            raise OfferError(
+                "no local ICE candidate: this host offers no usable address (set "
+                "WebRTCOptions.host_addresses, e.g. ['127.0.0.1'] on a loopback-only host)"
+            )
+        return local.sdp
+
+    # ------------------------------------------------------------- session
+
+    async def run(self, entrypoint: Entrypoint, runner: Runner | None = None) -> None:
+        """Run the entry point for this peer (through ``runner``, which may count live
+        sessions) and tear the peer down when either side is done.
+
+        The ``Connection`` exists (and ``runner`` is entered) at once, before the peer has
+        connected, so a place admitted for the offer is held while it connects."""
+        playback = ReportedPlayback(TRACK_RATE, self._send_audio, self._send_clear)
+        self.connection = conn = Connection(
+            transport="webrtc",
+            audio_input=self.microphone,
+            audio_output=playback,
+            send=self._send_message,
+            remote=self.remote,
+            query=self.query,
+        )
+        try:
+            await (runner or _call)(self._serve(entrypoint), conn)
+        finally:
+            conn.client_left()
+            await self.close()
+
+    def _serve(self, entrypoint: Entrypoint) -> Entrypoint:
+        async def serve(conn: Connection) -> None:
+            try:
+                channel = await self._until_ready()
+            except PeerGone as exc:
+                logger.info("WebRTC peer %s: %s", self.remote, exc)
+                return
+            self._link = link = ClientChannel(
+                channel, self._received, max_buffered=self.options.max_buffered_bytes
+            )
+            self._watch(self._wait_set(link.closed), "the data channel closed")
+            if self._remote_track is not None:
+                self._watch(
+                    forward_microphone(
+                        self._remote_track,
+                        self.microphone,
+                        idle_timeout=self.options.media_idle_timeout,
+                    ),
+                    "the microphone track ended",
+                )
+            await self._run_entrypoint(entrypoint, conn)
+
+        return serve
+
+    async def _run_entrypoint(self, entrypoint: Entrypoint, conn: Connection) -> None:
+        entry = asyncio.ensure_future(entrypoint(conn))
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait((entry, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not entry.done():
+                logger.info("WebRTC peer %s left: %s", self.remote, self.why_gone)
+                conn.client_left()
+                await asyncio.wait((entry,), timeout=self.options.leave_timeout)
+                if not entry.done():
+                    logger.warning(
+                        "the entry point did not return %.0f s after its peer left; cancelling it",
+                        self.options.leave_timeout,
+                    )
+        finally:
+            gone.cancel()
+            if not entry.done():
+                entry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await entry
+        entry.result()  # the entry point's failure is the runner's to see
+
+    async def close(self) -> None:
+        """Close the peer connection and stop every task of this peer (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._leave("closed by the server")
+        self.track.stop()
+        self.microphone.close()
+        if self.connection is not None:
+            self.connection.client_left()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        try:
+            await self.pc.close()
+        except Exception:  # closing must finish whatever state aiortc is in
+            logger.exception("closing the peer connection of %s failed", self.remote)
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _until_ready(self) -> RTCDataChannel:
+        options = self.options
+        await self._bounded(
+            self._connected.wait(),
+            options.connect_timeout,
+            f"not connected within {options.connect_timeout} s of the answer",
+        )
+        return await self._bounded(
+            asyncio.shield(self._channel),
+            options.data_channel_timeout,
+            f"no data channel opened within {options.data_channel_timeout} s",
+        )
+
+    async def _bounded(self, work: Awaitable[T], seconds: float, what: str) -> T:
+        """``work``, unless the peer leaves first or ``seconds`` pass (``PeerGone``)."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait((task, gone), timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise PeerGone(self.why_gone if self.gone.is_set() else what)
+
+    # ---------------------------------------------------------------- media
+
+    async def _send_audio(self, frame: AudioFrame) -> None:
+        self.track.push(frame)
+        await self.track.wait_room()
+
+    def _send_clear(self) -> None:
+        """A barge-in: drop the queued audio now. The client cannot drop what is in
+        flight, so the server says where the next audio will start, as the client's
+        ``cleared`` report would: at the agent samples that went out."""
+        sent = self.track.clear()
+        conn = self.connection
+        if conn is None:
+            return
+        conn.send(Clear())
+        asyncio.get_running_loop().call_soon(
+            lambda: conn.audio_output.on_played(sent, cleared=True)
+        )
+
+    def _send_message(self, message: ServerMessage) -> None:
+        if self._link is not None:
+            self._link.send(message)
+
+    def _received(self, message: ClientMessage) -> None:
+        conn = self.connection
+        if conn is None:
+            return
+        if isinstance(message, Played):
+            # The client counts track samples (silence included): turn them into the
+            # agent samples that went out before. Its ``cleared`` flag is not used: the
+            # server re-bases at the clear itself (see _send_clear).
+            message = Played(samples=self.track.agent_played(message.samples))
+        conn.receive(message)
+
+    # --------------------------------------------------------------- events
+
+    def _state_changed(self) -> None:
+        state = self.pc.connectionState
+        if state == "connected":
+            self._connected.set()
+        elif state in ("failed", "closed"):
+            self._leave(f"the connection {state}")
+
+    def _track_received(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio" and self._remote_track is None:
+            self._remote_track = track
+
+    def _channel_opened(self, channel: RTCDataChannel) -> None:
+        if not self._channel.done():
+            self._channel.set_result(channel)
+
+    def _leave(self, why: str) -> None:
+        if not self.gone.is_set():
+            self.why_gone = why
+            self.gone.set()
+
+    def _watch(self, work: Awaitable[None], why: str) -> None:
+        """Run ``work`` as this peer's task; when it ends, the peer is gone."""
+
+        async def watched() -> None:
+            await work
+            self._leave(why)
+
+        task = asyncio.ensure_future(watched())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _wait_set(event: asyncio.Event) -> None:
+        await event.wait()

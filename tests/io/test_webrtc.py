@@ -1,0 +1,242 @@
+"""The WebRTC transport over real peer connections on 127.0.0.1, in real time.
+
+A Python aiortc client posts its offer to ``/api/offer``, sends a microphone track (a
+tone the energy VAD hears as speech), plays the agent's track through a simulated jitter
+buffer and reports ``played`` over the data channel. The agent side is the test kit's
+scripted models. Host candidates are narrowed to 127.0.0.1 on both sides
+(``WebRTCOptions.host_addresses`` on the server, the same helper in the client), so
+nothing but loopback is used and no network namespace is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+import rejoinder as rj
+from rejoinder.io import Connection
+from rejoinder.io.protocol import ErrorMessage, Ready, TranscriptMessage
+from rejoinder.io.webrtc import WebRTCOptions, WebRTCServer, add_webrtc_routes
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+from ._webrtc_client import RATE, WebRTCClient
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
+
+LOOPBACK = WebRTCOptions(host_addresses=["127.0.0.1"])
+
+
+def tone(seconds: float, rate: int = RATE, hz: float = 220.0) -> np.ndarray[Any, Any]:
+    t = np.arange(round(seconds * rate)) / rate
+    return (np.sin(2 * np.pi * hz * t) * 6000).astype(np.int16)
+
+
+def tone_tts(**options: Any) -> ScriptedTTS:
+    """ScriptedTTS speaking a 400 Hz tone (its default DC level would not survive Opus)."""
+    tts = ScriptedTTS(**options)
+    rate = tts.sample_rate
+    tts._frame = (tone(0.02, rate, 400.0), rate)
+    return tts
+
+
+@dataclass
+class Served:
+    url: str
+    webrtc: WebRTCServer
+    sessions: list[rj.AgentSession[Any]] = field(default_factory=list)
+    conns: list[Connection] = field(default_factory=list)
+    ended: list[Connection] = field(default_factory=list)
+    """Connections whose entry point returned."""
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    servers: list[TestServer] = []
+
+    async def start(
+        make_session: Callable[[], rj.AgentSession[Any]], options: WebRTCOptions = LOOPBACK
+    ) -> Served:
+        async def entrypoint(conn: Connection) -> None:
+            session = make_session()
+            served.sessions.append(session)
+            served.conns.append(conn)
+            await conn.serve(session, rj.Agent(instructions="test"))
+            served.ended.append(conn)
+
+        app = web.Application()
+        webrtc = add_webrtc_routes(app, entrypoint, options)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        served = Served(str(server.make_url("/api/offer")), webrtc)
+        return served
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+def scripted(replies: list[list[Any]], transcripts: list[str], **tts: Any) -> Any:
+    def make() -> rj.AgentSession[Any]:
+        return rj.AgentSession(
+            llm=ScriptedLLM(replies),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT(transcripts),
+            tts=tone_tts(**tts),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+
+    return make
+
+
+async def test_a_spoken_turn_is_answered_and_speaking_follows_the_played_reports(
+    serve: Any,
+) -> None:
+    served = await serve(scripted([["Hello there."]], ["hi"], seconds_per_char=0.03))
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url, jitter=0.2)
+        await client.connect(http)
+        ready = await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        assert isinstance(ready, Ready) and ready.sample_rate == 48000 and ready.protocol == 1
+        await asyncio.sleep(0.2)
+        client.mic.say(tone(0.6))
+        await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "user" and m.final, 5
+        )
+        final = await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 10
+        )
+        assert isinstance(final, TranscriptMessage)
+        assert final.text == "Hello there." and not final.interrupted
+        await client.until(lambda: client.states()[-1][1] == "listening", 5)
+        await client.close()
+
+    assert served.conns[0].transport == "webrtc"
+    states = [s for _, s in client.states()]
+    assert states == ["initializing", "listening", "thinking", "speaking", "listening"]
+    thinking_at, speaking_at, done_at = (t for t, _ in client.states()[2:])
+    first_audio_at, first_position = client.audible_frames[0]
+    last_audio_at, last_position = client.audible_frames[-1]
+    # Opus and the resampler smear the edges by a few ms; the reply is 0.36 s of tone.
+    audible = (last_position - first_position) / RATE
+    assert 0.3 < audible < 0.45
+    first_heard_at = next(r.at for r in client.reports if r.samples > first_position)
+    last_heard_at = next(r.at for r in client.reports if r.samples > last_position)
+    # speaking follows what the client reported played, not what it received: the audio
+    # arrived a jitter buffer (0.2 s) before it was reported, and the state came after.
+    assert thinking_at < first_audio_at < first_heard_at < speaking_at
+    assert first_heard_at - first_audio_at >= 0.15
+    assert last_audio_at < last_heard_at < done_at
+    history = [(m.role, m.content, m.interrupted) for m in served.sessions[0].history.messages()]
+    assert history == [("user", "hi", False), ("assistant", "Hello there.", False)]
+
+
+async def test_the_client_closing_tears_the_peer_down_and_leaves_no_task(serve: Any) -> None:
+    before = asyncio.all_tasks()
+    served = await serve(scripted([["Hello there."]], ["hi"]))
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        assert served.webrtc.peers == 1
+        await client.close()
+    async with asyncio.timeout(5):
+        await served.webrtc.wait_idle()
+    assert served.conns[0].left and served.ended == served.conns
+    # aiortc's own tasks (ICE, DTLS, SCTP, RTP) end with the connection, on both sides.
+    left = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+    if left:
+        await asyncio.wait(left, timeout=5)
+    assert [t.get_coro() for t in left if not t.done()] == []
+
+
+async def test_junk_on_the_data_channel_gets_error_events_and_the_session_goes_on(
+    serve: Any,
+) -> None:
+    served = await serve(scripted([["Hello there."]], ["hi"]))
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        client.channel.send("not json")
+        client.channel.send('{"type": "dance"}')
+        client.channel.send('{"type": "played", "samples": -4}')
+        client.channel.send(b"\x00\x01")
+        await client.until(lambda: len(client.of_type(ErrorMessage)) == 4, 5)
+        codes = [m.code for m in client.of_type(ErrorMessage)]
+        assert codes == ["invalid_json", "unknown_type", "invalid_message", "invalid_message"]
+        assert served.webrtc.peers == 1 and not served.conns[0].left
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        (b"hello", 400, "must be JSON"),
+        (b'{"type": "answer", "sdp": "v=0"}', 400, '"type" must be "offer"'),
+        (b'{"type": "offer"}', 400, '"sdp"'),
+        (b'{"type": "offer", "sdp": "v=0\\r\\nnot sdp"}', 400, "no audio section"),
+    ],
+)
+async def test_a_bad_offer_is_refused_with_the_reason(
+    serve: Any, body: bytes, status: int, says: str
+) -> None:
+    served = await serve(scripted([], []))
+    async with aiohttp.ClientSession() as http, http.post(served.url, data=body) as resp:
+        assert resp.status == status
+        assert says in (await resp.json())["error"]
+    assert served.webrtc.peers == 0
+
+
+async def test_an_offer_without_a_data_channel_or_audio_is_refused(serve: Any) -> None:
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    served = await serve(scripted([], []))
+    async with aiohttp.ClientSession() as http:
+        for make in ("audio only", "data only"):
+            pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+            if make == "audio only":
+                pc.addTransceiver("audio", direction="recvonly")
+            else:
+                pc.createDataChannel("rejoinder")
+            await pc.setLocalDescription(await pc.createOffer())
+            offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+            async with http.post(served.url, json=offer) as resp:
+                assert resp.status == 400
+                error = (await resp.json())["error"]
+            await pc.close()
+            assert ("data channel" if make == "audio only" else "audio") in error
+    assert served.webrtc.peers == 0
+
+
+async def test_no_ice_server_is_used_unless_configured() -> None:
+    from rejoinder.io.webrtc.options import IceServer
+    from rejoinder.io.webrtc.peer import WebRTCPeer
+
+    peer = WebRTCPeer(WebRTCOptions())
+    configured = WebRTCPeer(WebRTCOptions(ice_servers=[IceServer("stun:stun.invalid:3478")]))
+    try:
+        for p, expected in ((peer, []), (configured, ["stun:stun.invalid:3478"])):
+            config = p.pc._RTCPeerConnection__configuration  # type: ignore[attr-defined]
+            assert [s.urls for s in config.iceServers] == expected
+    finally:
+        await peer.close()
+        await configured.close()
+
+
+def test_a_missing_extra_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rejoinder.io.webrtc import _deps
+
+    monkeypatch.setitem(sys.modules, "aiortc", None)
+    with pytest.raises(_deps.WebRTCUnavailable, match=r"pip install 'rejoinder\[webrtc\]'"):
+        _deps.require()
