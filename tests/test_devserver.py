@@ -4,15 +4,24 @@ server itself as a subprocess on 127.0.0.1 (real time, each test bounded to seco
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import re
+import signal
 import sys
 import textwrap
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from rejoinder.discover import EntrypointError, load_entrypoint, module_name_for
 from rejoinder.io.admission import SessionGate
+from rejoinder.io.webrtc import available as webrtc_available
 
 ROOT = Path(__file__).resolve().parents[1]
 REJOINDER = [sys.executable, "-m", "rejoinder.cli"]
@@ -204,3 +213,288 @@ async def test_gate_admission_not_used_is_given_back() -> None:
     assert gate.refusal() is None
     with pytest.raises(ValueError, match="at least 1"):
         SessionGate(max_sessions=0)
+
+
+# ------------------------------------------------- the server, as a subprocess
+
+AGENT = """
+import rejoinder as rj
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+VERSION = {version!r}
+
+
+class Greeter(rj.Agent):
+    instructions = "test"
+
+    async def on_enter(self) -> None:
+        self.session.say(VERSION)
+
+
+async def entrypoint(conn):
+    session = rj.AgentSession(
+        llm=ScriptedLLM([["Hello."]]),
+        vad=ScriptedVAD(),
+        stt=ScriptedSTT(["Hi."]),
+        tts=ScriptedTTS(seconds_per_char=0.01),
+        user_away_timeout=None,
+    )
+    await conn.serve(session, Greeter())
+"""
+
+
+@dataclass
+class Server:
+    process: asyncio.subprocess.Process
+    port: int
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def wait_line(self, pattern: str, within: float = 10.0) -> str:
+        """The first stdout line (seen before or arriving) that matches ``pattern``."""
+        async with asyncio.timeout(within):
+            index = 0
+            while True:
+                while index < len(self.lines):
+                    if re.search(pattern, self.lines[index]):
+                        return self.lines[index]
+                    index += 1
+                await self._read_line()
+
+    async def _read_line(self) -> None:
+        assert self.process.stdout is not None
+        raw = await self.process.stdout.readline()
+        if not raw:
+            raise AssertionError(f"the server exited; its output: {self.lines}")
+        self.lines.append(raw.decode().rstrip("\n"))
+
+    async def exit_code(self, within: float) -> int:
+        async with asyncio.timeout(within):
+            assert self.process.stdout is not None
+            self.lines += (await self.process.stdout.read()).decode().splitlines()
+            return await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def server(argv: Sequence[str], cwd: Path = ROOT) -> AsyncIterator[Server]:
+    process = await asyncio.create_subprocess_exec(
+        *REJOINDER,
+        *argv,
+        "--port",
+        "0",
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    running = Server(process, 0)
+    try:
+        line = await running.wait_line(r"health: +http://127\.0\.0\.1:\d+/healthz", STARTUP_TIMEOUT)
+        match = re.search(r":(\d+)/healthz", line)
+        assert match is not None
+        running.port = int(match.group(1))
+        yield running
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@dataclass
+class Client:
+    """A minimal protocol v1 client: reports everything it received as played at once."""
+
+    ws: aiohttp.ClientWebSocketResponse
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    samples: int = 0
+
+    async def start(self) -> dict[str, Any]:
+        await self.ws.send_str(json.dumps({"type": "start", "sample_rate": 16000}))
+        return await self.wait_for(lambda m: m["type"] == "ready")
+
+    async def wait_for(self, check: Any, within: float = 10.0) -> dict[str, Any]:
+        async with asyncio.timeout(within):
+            for message in self.messages:
+                if check(message):
+                    return message
+            while True:
+                msg = await self.ws.receive()
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    self.samples += len(msg.data) // 2
+                    await self.ws.send_str(json.dumps({"type": "played", "samples": self.samples}))
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    message = json.loads(msg.data)
+                    self.messages.append(message)
+                    if check(message):
+                        return message
+                else:
+                    raise AssertionError(f"the socket closed: {msg}")
+
+    async def wait_closed(self, within: float) -> int | None:
+        async with asyncio.timeout(within):
+            while True:
+                msg = await self.ws.receive()
+                if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                    return self.ws.close_code
+
+
+def greeted(text: str) -> Any:
+    return lambda m: (
+        m["type"] == "transcript" and m["role"] == "agent" and m["final"] and (m["text"] == text)
+    )
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_serve_health_session_limit_and_drain_when_the_client_leaves(
+    tmp_path: Path,
+) -> None:
+    agent = write(tmp_path, AGENT.format(version="version one"))
+    argv = ["serve", str(agent), "--max-sessions", "1", "--drain-timeout", "20"]
+    async with server(argv) as srv, aiohttp.ClientSession() as http:
+        async with http.get(f"{srv.base}/healthz") as response:
+            assert response.status == 200
+            assert await response.json() == {"status": "ok", "sessions": 0, "max_sessions": 1}
+        ws = await http.ws_connect(f"{srv.base}/ws")
+        client = Client(ws)
+        ready = await client.start()
+        assert ready["protocol"] == 1
+        await client.wait_for(greeted("version one"))
+        async with http.get(f"{srv.base}/healthz") as response:
+            assert (await response.json())["sessions"] == 1
+
+        # Over --max-sessions: the upgrade is refused with 503, and so is a WebRTC offer.
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{srv.base}/ws")
+        assert refused.value.status == 503
+        async with http.post(f"{srv.base}/api/offer", json={}) as response:
+            assert response.status == (503 if webrtc_available() else 404)
+
+        # SIGTERM: draining; new sessions refused, the live one goes on.
+        srv.process.send_signal(signal.SIGTERM)
+        await srv.wait_line(r"^draining: .*1 live session")
+        async with http.get(f"{srv.base}/healthz") as response:
+            assert response.status == 503
+            assert await response.json() == {
+                "status": "draining",
+                "sessions": 1,
+                "max_sessions": 1,
+            }
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{srv.base}/ws")
+        assert refused.value.status == 503
+        await ws.send_str(json.dumps({"type": "text", "text": "still here?"}))
+        await client.wait_for(greeted("Hello."))  # the live session still answers
+
+        # The client leaves: the drain is over long before its 20 s timeout.
+        started = asyncio.get_running_loop().time()
+        await ws.close()
+        assert await srv.exit_code(within=10) == 0
+        assert asyncio.get_running_loop().time() - started < 5
+        assert srv.lines[-1] == "stopped"
+        assert not any("closing 1 live session" in line for line in srv.lines)
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_serve_closes_live_sessions_after_the_drain_timeout(tmp_path: Path) -> None:
+    agent = write(tmp_path, AGENT.format(version="hello"))
+    async with (
+        server(["serve", str(agent), "--drain-timeout", "1.5"]) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        ws = await http.ws_connect(f"{srv.base}/ws")
+        client = Client(ws)
+        await client.start()
+        await client.wait_for(greeted("hello"))
+        started = asyncio.get_running_loop().time()
+        srv.process.send_signal(signal.SIGTERM)
+        code = await client.wait_closed(within=10)
+        closed_after = asyncio.get_running_loop().time() - started
+        assert code == 1000  # the session was closed: a normal close, not a dropped socket
+        assert 1.4 <= closed_after < 6
+        assert await srv.exit_code(within=10) == 0
+        assert "closing 1 live session(s)" in srv.lines
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_dev_serves_the_page_and_reloads_the_agent_file(tmp_path: Path) -> None:
+    agent = write(tmp_path, AGENT.format(version="version one"))
+    async with server(["dev", str(agent)]) as srv, aiohttp.ClientSession() as http:
+        await srv.wait_line(r"^  reloading .*agent\.py when it changes")
+        async with http.get(f"{srv.base}/") as response:
+            assert response.status == 200
+            assert response.content_type == "text/html"
+            page = await response.text()
+            assert "<html" in page and "rejoinder" in page
+        async with http.get(f"{srv.base}/audio-worklet.js") as response:
+            assert response.status == 200
+
+        async with http.ws_connect(f"{srv.base}/ws") as ws:
+            client = Client(ws)
+            await client.start()
+            await client.wait_for(greeted("version one"))
+
+            # Edit the file: new connections get the new entry point, this one keeps its.
+            stat = agent.stat()
+            agent.write_text(AGENT.format(version="version two"))
+            os.utime(agent, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+            await srv.wait_line(r"^reloaded ")
+            async with http.ws_connect(f"{srv.base}/ws") as ws2:
+                second = Client(ws2)
+                await second.start()
+                await second.wait_for(greeted("version two"))
+            await ws.send_str(json.dumps({"type": "text", "text": "hi"}))
+            await client.wait_for(greeted("Hello."))
+
+            # A broken edit is reported; the previous version keeps serving.
+            agent.write_text("async def entrypoint(conn):\n    return (\n")
+            os.utime(agent, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+            line = await srv.wait_line(r"^reload failed")
+            assert "syntax error" in line
+            async with http.ws_connect(f"{srv.base}/ws") as ws3:
+                third = Client(ws3)
+                await third.start()
+                await third.wait_for(greeted("version two"))
+        srv.process.send_signal(signal.SIGINT)
+        assert await srv.exit_code(within=10) == 0
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(30)
+async def test_serve_reports_a_bad_agent_file_and_exits_2(tmp_path: Path) -> None:
+    agent = write(tmp_path, "x = 1\n")
+    process = await asyncio.create_subprocess_exec(
+        *REJOINDER,
+        "serve",
+        str(agent),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 2
+    assert out == b""
+    text = err.decode()
+    assert text.startswith("rejoinder serve: error: ")
+    assert "defines no 'entrypoint'" in text and "async def entrypoint(conn" in text
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(60)
+async def test_make_demo_command_serves_the_offline_voice_agent() -> None:
+    """What ``make demo`` runs (``rejoinder dev examples/voice_agent.py``), on a free port."""
+    async with (
+        server(["dev", "examples/voice_agent.py"]) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        assert srv.lines[0] == "rejoinder dev: examples/voice_agent.py"
+        assert f"  open http://127.0.0.1:{srv.port}/ in a browser" in srv.lines
+        async with http.get(f"{srv.base}/healthz") as response:
+            assert (await response.json())["status"] == "ok"
+        async with http.get(f"{srv.base}/") as response:
+            assert response.status == 200
+        srv.process.send_signal(signal.SIGINT)
+        assert await srv.exit_code(within=15) == 0

@@ -9,6 +9,12 @@ lives in ``rejoinder.console``::
     rejoinder console --script examples/demo_script.txt
     rejoinder console --llm gpt-4o-mini                # needs OPENAI_API_KEY
     rejoinder console --llm llama3.2 --base-url http://localhost:11434/v1
+
+``rejoinder dev FILE`` and ``rejoinder serve FILE`` host an agent file's ``entrypoint``
+(the browser page, WebSocket and WebRTC transports); they live in ``rejoinder.devserver``::
+
+    rejoinder dev examples/voice_agent.py             # 127.0.0.1:8000, reloads on change
+    rejoinder serve app/agent.py --host 0.0.0.0 --max-sessions 50 --drain-timeout 60
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .console import (
     DEMO_LLM_DESCRIPTION,
@@ -104,7 +111,88 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also log the runtime's internal messages (with tracebacks) to stderr",
     )
+    _add_server_commands(commands)
     return parser
+
+
+def _add_server_commands(commands: Any) -> None:
+    from .devserver import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
+
+    about = (
+        "FILE defines `async def entrypoint(conn)`, called once per connection; it builds "
+        "an AgentSession and runs `await conn.serve(session, agent)`."
+    )
+    dev = commands.add_parser(
+        "dev",
+        help="serve an agent file for development (page, WebSocket, WebRTC), reloading it",
+        description=f"Serve an agent file on {DEFAULT_HOST}:{DEFAULT_PORT} for development: "
+        f"the browser page at /, the WebSocket transport at /ws, WebRTC at /api/offer (with "
+        f"the webrtc extra). The file is loaded again when it changes; new connections use "
+        f"the new version. {about}",
+    )
+    serve = commands.add_parser(
+        "serve",
+        help="serve an agent file in production (session limit, graceful drain on SIGTERM)",
+        description=f"Serve an agent file without reloading: the page, /ws, /api/offer, "
+        f"/healthz. Over --max-sessions new sessions get HTTP 503; SIGTERM or SIGINT stops "
+        f"admitting, lets live sessions finish for up to --drain-timeout seconds, closes "
+        f"the rest and exits 0. {about}",
+    )
+    for sub in (dev, serve):
+        sub.add_argument("file", metavar="FILE", help="the agent file (a .py file)")
+        sub.add_argument(
+            "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})"
+        )
+        sub.add_argument(
+            "--port",
+            type=int,
+            default=DEFAULT_PORT,
+            help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)",
+        )
+        sub.add_argument(
+            "--max-sessions",
+            metavar="N",
+            type=_positive_int,
+            help="at most N live sessions; more are refused with HTTP 503 (default: no limit)",
+        )
+        sub.add_argument(
+            "--drain-timeout",
+            metavar="SECONDS",
+            type=float,
+            default=DEFAULT_DRAIN_TIMEOUT,
+            help=f"on SIGTERM/SIGINT, how long live sessions may go on before they are "
+            f"closed (default {DEFAULT_DRAIN_TIMEOUT:g})",
+        )
+        sub.add_argument(
+            "-v", "--verbose", action="store_true", help="log the runtime's messages to stderr"
+        )
+    dev.add_argument(
+        "--no-reload", dest="reload", action="store_false", help="do not reload FILE on change"
+    )
+    serve.set_defaults(reload=False)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    from .devserver import ServerOptions, run_server
+
+    _configure_server_logging(verbose=args.verbose)
+    options = ServerOptions(
+        path=args.file,
+        host=args.host,
+        port=args.port,
+        reload=args.reload,
+        max_sessions=args.max_sessions,
+        drain_timeout=args.drain_timeout,
+        command=args.command,
+    )
+    return asyncio.run(run_server(options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the help went into a closed pipe (rejoinder --help | head -1)
         _detach_stdout()
         return EXIT_OUTPUT_CLOSED
+    if args.command in ("dev", "serve"):
+        return _run_server(args)
     if args.script is not None and not os.path.isfile(args.script):
         print_error(f"script file not found: {args.script}")
         return 2
@@ -147,6 +237,16 @@ def _configure_logging(*, verbose: bool) -> None:
         logger.setLevel(logging.DEBUG)
     else:
         handler = logging.NullHandler()
+    logger.addHandler(handler)
+
+
+def _configure_server_logging(*, verbose: bool) -> None:
+    """A server has no console to show problems on: warnings go to stderr, everything
+    with ``--verbose``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("rejoinder")
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logger.addHandler(handler)
 
 

@@ -2,24 +2,55 @@
 
 ``create_app(entrypoint)`` mounts:
 
+- ``GET /``: the browser page (``rejoinder.io.static``);
 - ``GET /ws``: the WebSocket transport (``rejoinder.io.websocket``, ``docs/protocol.md``);
-- ``GET /healthz``: ``{"status": "ok", "sessions": N}``.
+- ``POST /api/offer``: WebRTC signalling (``rejoinder.io.webrtc``), when the ``webrtc``
+  extra is installed;
+- ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M}`` (HTTP 200), or
+  ``"status": "draining"`` with HTTP 503 once the server is shutting down, so a load
+  balancer stops sending clients;
+- ``GET /metrics``: live, started and refused sessions in the Prometheus text format.
 
-The page (``GET /``), WebRTC signalling (``POST /api/offer``, extra ``webrtc``), admission
-and draining are mounted in ``_mount_more`` below.
+Admission goes through one ``SessionGate`` (``app[GATE]``): over ``max_sessions`` live
+sessions, or while draining, the WebSocket upgrade and the WebRTC offer get HTTP 503 with
+the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from aiohttp import web
 
+from .admission import SessionGate
 from .connection import Connection, Entrypoint
 from .websocket import WebSocketOptions, websocket_handler
 
-__all__ = ["LIVE_SESSIONS", "create_app"]
+__all__ = ["GATE", "WEBRTC", "create_app", "webrtc_unavailable"]
 
-LIVE_SESSIONS: web.AppKey[set[Connection]] = web.AppKey("rejoinder.live_sessions", set)
-"""App key: the set of ``Connection``s whose entry point is running."""
+logger = logging.getLogger("rejoinder.io.app")
+
+GATE: web.AppKey[SessionGate[Connection]] = web.AppKey("rejoinder.gate", SessionGate)
+"""App key: the ``SessionGate`` every transport's sessions go through."""
+WEBRTC: web.AppKey[Any] = web.AppKey("rejoinder.webrtc", object)
+"""App key: the ``WebRTCServer`` answering ``POST /api/offer``, or ``None``."""
+
+
+def webrtc_unavailable() -> str | None:
+    """Why ``POST /api/offer`` cannot be served here (the extra to install), or ``None``."""
+    from .webrtc import INSTALL_HINT, available
+
+    return None if available() else f"not installed ({INSTALL_HINT})"
+
+
+async def _close_session(conn: Connection) -> None:
+    """End a live connection from the server side: its session closes, ``serve`` returns
+    and the transport closes the socket or peer connection."""
+    if conn.session is not None:
+        await conn.session.aclose()
+    else:
+        conn.client_left()
 
 
 def create_app(
@@ -27,40 +58,106 @@ def create_app(
     *,
     max_sessions: int | None = None,
     websocket: WebSocketOptions | None = None,
+    webrtc: Any = None,
+    page: bool = True,
+    gate: SessionGate[Connection] | None = None,
 ) -> web.Application:
     """An application serving ``entrypoint`` (called once per client connection).
 
-    ``max_sessions``: WebSocket upgrades beyond this many live sessions get HTTP 503.
+    ``max_sessions``: sessions beyond this many live ones are refused with HTTP 503 (or
+    give a ``gate`` of your own, e.g. to drain it). ``webrtc``: ``None`` mounts
+    ``POST /api/offer`` when the extra is installed, ``False`` never, a
+    ``rejoinder.io.webrtc.WebRTCOptions`` always (with those options). ``page``: serve
+    the browser page at ``GET /``.
     """
-    if max_sessions is not None and max_sessions < 1:
-        raise ValueError("max_sessions must be at least 1")
+    if gate is None:
+        gate = SessionGate(max_sessions=max_sessions, close=_close_session)
+    elif max_sessions is not None:
+        raise ValueError("give max_sessions to the gate, not to create_app as well")
+    if gate.close is None:
+        gate.close = _close_session
     app = web.Application()
-    live: set[Connection] = set()
-    app[LIVE_SESSIONS] = live
+    app[GATE] = gate
 
-    async def run(entry: Entrypoint, conn: Connection) -> None:
-        live.add(conn)
-        try:
-            await entry(conn)
-        finally:
-            live.discard(conn)
-
-    ws_handler = websocket_handler(entrypoint, websocket, run=run)
+    ws_handler = websocket_handler(entrypoint, websocket, run=gate.run)
 
     async def ws_route(request: web.Request) -> web.StreamResponse:
-        if max_sessions is not None and len(live) >= max_sessions:
-            return web.Response(status=503, text="the server is full; try again later\n")
-        return await ws_handler(request)
-
-    async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "sessions": len(live)})
+        with gate.admit() as admission:
+            if admission is None:
+                return _refused(gate)
+            return await ws_handler(request)
 
     app.router.add_get("/ws", ws_route)
+    app[WEBRTC] = _mount_webrtc(app, entrypoint, gate, webrtc)
+    if page:
+        from .static import page_routes
+
+        app.add_routes(page_routes())
+
+    async def healthz(_request: web.Request) -> web.Response:
+        body = {"status": gate.status, "sessions": gate.live, "max_sessions": gate.max_sessions}
+        return web.json_response(body, status=503 if gate.draining else 200)
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text=_prometheus(gate), content_type="text/plain", charset="utf-8")
+
     app.router.add_get("/healthz", healthz)
-    _mount_more(app, entrypoint)
+    app.router.add_get("/metrics", metrics)
     return app
 
 
-def _mount_more(app: web.Application, entrypoint: Entrypoint) -> None:
-    """Routes beyond the WebSocket transport: the page (``GET /``) and WebRTC
-    signalling (``POST /api/offer``, only when the ``webrtc`` extra is installed)."""
+def _refused(gate: SessionGate[Connection]) -> web.Response:
+    reason = gate.refusal() or "the server cannot take a session now"
+    return web.json_response({"error": reason}, status=503, headers={"Retry-After": "5"})
+
+
+def _mount_webrtc(
+    app: web.Application, entrypoint: Entrypoint, gate: SessionGate[Connection], webrtc: Any
+) -> Any:
+    if webrtc is False:
+        return None
+    from . import webrtc as rtc
+
+    if webrtc is None and not rtc.available():
+        return None
+    options = webrtc if isinstance(webrtc, rtc.WebRTCOptions) else rtc.WebRTCOptions()
+    server = rtc.WebRTCServer(entrypoint, options, run=gate.run)
+    # The answer goes out before the peer connects and its session starts: the place
+    # admitted for the offer is held until then.
+    linger = options.connect_timeout + options.data_channel_timeout
+
+    async def offer_route(request: web.Request) -> web.StreamResponse:
+        with gate.admit(linger=linger) as admission:
+            if admission is None:
+                return _refused(gate)
+            return await server.handle_offer(request)
+
+    async def shutdown(_: web.Application) -> None:
+        await server.aclose()
+
+    app.router.add_post(rtc.OFFER_PATH, offer_route)
+    app.on_shutdown.append(shutdown)
+    return server
+
+
+def _prometheus(gate: SessionGate[Connection]) -> str:
+    rows = [
+        ("rejoinder_sessions_live", "gauge", "Sessions whose entry point is running.", gate.live),
+        (
+            "rejoinder_sessions_started_total",
+            "counter",
+            "Sessions started since the server started.",
+            gate.started_total,
+        ),
+        (
+            "rejoinder_sessions_refused_total",
+            "counter",
+            "Sessions refused (over the limit, or draining).",
+            gate.refused_total,
+        ),
+        ("rejoinder_draining", "gauge", "1 once the server is draining.", int(gate.draining)),
+    ]
+    lines: list[str] = []
+    for name, kind, text, value in rows:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+    return "\n".join(lines) + "\n"

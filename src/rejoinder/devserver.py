@@ -1,0 +1,239 @@
+"""``rejoinder dev`` and ``rejoinder serve``: host an agent file's entry point over HTTP.
+
+Both load the file (``rejoinder.discover``), build the app (``rejoinder.io.app``: the page
+at ``/``, the WebSocket transport at ``/ws``, WebRTC signalling at ``/api/offer`` when the
+``webrtc`` extra is installed, ``/healthz``) and serve it until SIGINT or SIGTERM.
+
+- ``dev`` binds 127.0.0.1:8000 by default and reloads the agent file when it changes: it
+  polls the file's modification time (every ``RELOAD_POLL`` seconds) and runs the file
+  again in-process. New connections get the new ``entrypoint``; sessions already live keep
+  the code they started with. A file that no longer loads is reported and the previous
+  entry point stays in use. Modules the agent file imports are not reloaded (restart the
+  server for those).
+- ``serve`` is for production: no reload, ``--max-sessions`` (over it, the WebSocket
+  upgrade and the WebRTC offer get HTTP 503) and a graceful drain: on SIGTERM or SIGINT it
+  stops admitting sessions (503, ``/healthz`` says ``draining``), lets live sessions finish
+  for up to ``--drain-timeout`` seconds, closes the rest, and exits 0. A second signal
+  during the drain closes the live sessions at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from .discover import EntrypointError, load_entrypoint
+from .io.admission import SessionGate
+
+__all__ = [
+    "DEFAULT_DRAIN_TIMEOUT",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "RELOAD_POLL",
+    "ReloadingEntrypoint",
+    "ServerOptions",
+    "run_server",
+]
+
+logger = logging.getLogger("rejoinder.devserver")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_DRAIN_TIMEOUT = 30.0
+RELOAD_POLL = 0.5
+SHUTDOWN_TIMEOUT = 2.0
+"""Seconds the HTTP server waits for requests still open after the sessions are closed."""
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    path: str
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    reload: bool = False
+    max_sessions: int | None = None
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    command: str = "serve"
+
+
+class ReloadingEntrypoint:
+    """The entry point the app calls: the current one loaded from the agent file."""
+
+    def __init__(self, path: str, out: TextIO) -> None:
+        self.path = path
+        self._out = out
+        self._current: Callable[[Any], Awaitable[None]] = load_entrypoint(path)
+        self._stamp = self._mtime()
+        self.reloads = 0
+
+    async def __call__(self, conn: Any) -> None:
+        await self._current(conn)
+
+    def _mtime(self) -> int | None:
+        try:
+            return Path(self.path).stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def check(self) -> bool:
+        """Reload if the file changed since it was last loaded; ``True`` if it did."""
+        stamp = self._mtime()
+        if stamp is None or stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            self._current = load_entrypoint(self.path)
+        except EntrypointError as exc:
+            _say(self._out, f"reload failed, still serving the previous version: {exc}")
+            return False
+        self.reloads += 1
+        _say(self._out, f"reloaded {self.path}: new connections use the new entrypoint")
+        return True
+
+    async def watch(self, interval: float = RELOAD_POLL) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            # Loading runs the agent file: off the loop, so live sessions keep their pace.
+            await asyncio.to_thread(self.check)
+
+
+def _say(out: TextIO, text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        out.write(text + "\n")
+        out.flush()
+
+
+def _error(command: str, text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"rejoinder {command}: error: {text}\n")
+        sys.stderr.flush()
+
+
+def _url(host: str, port: int, path: str = "/", scheme: str = "http") -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if ":" in shown:  # an IPv6 address
+        shown = f"[{shown}]" if shown != "::" else "[::1]"
+    return f"{scheme}://{shown}:{port}{path}"
+
+
+async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
+    """Serve until SIGINT/SIGTERM, then drain; returns the exit status."""
+    stream = out if out is not None else sys.stdout
+    command = options.command
+    try:
+        entry = ReloadingEntrypoint(options.path, stream)
+    except EntrypointError as exc:
+        _error(command, str(exc))
+        return EXIT_USAGE
+
+    from aiohttp import web
+
+    from .io.app import WEBRTC, create_app, webrtc_unavailable
+
+    gate: SessionGate[Any] = SessionGate(options.max_sessions)
+    app = create_app(entry, gate=gate)
+    webrtc = None if app[WEBRTC] is not None else (webrtc_unavailable() or "off")
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    await runner.setup()
+    site = web.TCPSite(runner, options.host, options.port, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        _error(command, f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    port = _bound_port(runner, options.port)
+
+    stop = asyncio.Event()
+    force = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            force.set()
+        else:
+            stop.set()
+
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, on_signal, signum)
+            handled.append(signum)
+
+    _banner(stream, options, port, webrtc)
+    watcher = asyncio.create_task(entry.watch()) if options.reload else None
+    try:
+        await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
+        await _drain(stream, gate, options.drain_timeout, force)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.wait((watcher,))
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+    _say(stream, "stopped")
+    return 0
+
+
+async def _drain(out: TextIO, gate: SessionGate[Any], seconds: float, force: asyncio.Event) -> None:
+    live = gate.live
+    if live:
+        _say(
+            out,
+            f"draining: no new sessions; waiting up to {seconds:g} s for {live} live "
+            f"session(s) to finish (signal again to close them now)",
+        )
+    else:
+        _say(out, "shutting down: no live sessions")
+    gate.stop_admitting()
+    idle = asyncio.create_task(gate.wait_idle(seconds))
+    forced = asyncio.create_task(force.wait())
+    try:
+        await asyncio.wait((idle, forced), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        idle.cancel()
+        forced.cancel()
+        await asyncio.wait((idle, forced))
+    remaining = gate.live
+    if remaining:
+        _say(out, f"closing {remaining} live session(s)")
+        await gate.close_all()
+
+
+def _bound_port(runner: Any, default: int) -> int:
+    """The port actually bound (``--port 0`` picks a free one)."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return default
+
+
+def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) -> None:
+    page = _url(options.host, port)
+    lines = [
+        f"rejoinder {options.command}: {options.path}",
+        f"  open {page} in a browser",
+        f"  WebSocket: {_url(options.host, port, '/ws', 'ws')}",
+        f"  WebRTC:    {webrtc or 'POST ' + _url(options.host, port, '/api/offer')}",
+        f"  health:    {_url(options.host, port, '/healthz')}",
+    ]
+    if options.max_sessions is not None:
+        lines.append(f"  at most {options.max_sessions} live session(s); more get HTTP 503")
+    if options.reload:
+        lines.append(f"  reloading {options.path} when it changes; Ctrl-C stops")
+    else:
+        lines.append(f"  SIGTERM or Ctrl-C drains (up to {options.drain_timeout:g} s), then stops")
+    _say(out, "\n".join(lines))
