@@ -188,5 +188,24 @@ class PlayerProcessor extends AudioWorkletProcessor {
   }
 }
 
+// Posts a tick every `seconds` of audio time: a clock that keeps running in a background
+// tab, where the page's own timers are throttled (the WebRTC path polls its stats on it).
+class ClockProcessor extends AudioWorkletProcessor {
+  constructor(options) {
+    super();
+    this.every = Math.round(options.processorOptions.seconds * sampleRate);
+    this.next = currentFrame + this.every;
+  }
+
+  process() {
+    if (currentFrame >= this.next) {
+      this.next = currentFrame + this.every;
+      this.port.postMessage(currentTime);
+    }
+    return true;
+  }
+}
+
+registerProcessor("rejoinder-clock", ClockProcessor);
 registerProcessor("rejoinder-capture", CaptureProcessor);
 registerProcessor("rejoinder-player", PlayerProcessor);
