@@ -11,6 +11,7 @@ nothing but loopback is used and no network namespace is needed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from aiohttp.test_utils import TestServer
 
 import rejoinder as rj
 from rejoinder.io import Connection
-from rejoinder.io.protocol import ErrorMessage, Ready, TranscriptMessage
+from rejoinder.io.protocol import AgentStateMessage, Clear, ErrorMessage, Ready, TranscriptMessage
 from rejoinder.io.webrtc import WebRTCOptions, WebRTCServer, add_webrtc_routes
 from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
 
@@ -139,6 +140,55 @@ async def test_a_spoken_turn_is_answered_and_speaking_follows_the_played_reports
     assert last_audio_at < last_heard_at < done_at
     history = [(m.role, m.content, m.interrupted) for m in served.sessions[0].history.messages()]
     assert history == [("user", "hi", False), ("assistant", "Hello there.", False)]
+
+
+async def test_barge_in_stops_the_track_and_the_history_keeps_what_was_heard(
+    serve: Any,
+) -> None:
+    long = "This is a long answer that goes on and on for quite a while. " * 3
+    served = await serve(
+        scripted([[long], ["Okay."]], ["Tell me a story.", "Stop."], seconds_per_char=0.03)
+    )
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url, jitter=0.05)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        client.mic.say(tone(0.5))
+        await client.wait_for(
+            lambda m: isinstance(m, AgentStateMessage) and m.state == "speaking", 5
+        )
+        await asyncio.sleep(1.0)  # hear about a second of it
+        client.mic.say(tone(0.8))  # then talk over it
+        await client.wait_for(lambda m: isinstance(m, Clear), 5)
+        cleared_at = client.now
+        first = await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 5
+        )
+        assert isinstance(first, TranscriptMessage) and first.interrupted
+        await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.final and m.text == "Okay.", 10
+        )
+        await client.until(lambda: client.states()[-1][1] == "listening", 5)
+        await client.close()
+
+    # The long answer's audio stopped at the clear (only what was in flight still came),
+    # then the second answer played, and its reports (after the re-base) finished it.
+    times = [t for t, _ in client.audible_frames]
+    gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a > 0.3]
+    assert len(gaps) == 1
+    stopped_at, resumed_at = gaps[0]
+    assert cleared_at - 0.05 < stopped_at < cleared_at + 0.2
+    spoke_again = [t for t, s in client.states() if s == "speaking"][-1]
+    assert resumed_at < spoke_again
+    assert [s for _, s in client.states()][-2:] == ["speaking", "listening"]
+    messages = served.sessions[0].history.messages()
+    cut = next(m for m in messages if m.role == "assistant" and m.interrupted)
+    assert cut.content and long.startswith(cut.content)
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[-1].content == "Okay." and not messages[-1].interrupted
+    # what the history keeps is what was played, give or take a report and a word
+    heard = sum(1 for t, _ in client.audible_frames if t <= cleared_at) * 0.02
+    assert abs(len(cut.content) * 0.03 - heard) < 0.5
 
 
 async def test_the_client_closing_tears_the_peer_down_and_leaves_no_task(serve: Any) -> None:
