@@ -204,6 +204,7 @@ class FakeClient:
         self.first_audio: float | None = None
         self.reports: list[tuple[float, int]] = []
         self.output: ReportedPlayback | None = None
+        self.clears = 0
 
     async def send(self, f: AudioFrame) -> None:
         loop = asyncio.get_running_loop()
@@ -213,6 +214,7 @@ class FakeClient:
 
     def clear(self) -> None:
         self.queued = 0
+        self.clears += 1
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -260,6 +262,38 @@ async def test_a_session_is_speaking_exactly_while_the_client_plays() -> None:
     end = next(t for t, n in client.reports if n == output.total_sent)
     assert listening == end
     assert listening - spoke == pytest.approx(ScriptedTTS().duration_of("Hello there."), abs=0.06)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="AudioDelivery.stop() clears the output only once playback started; with "
+    "reported playback, audio sent but not yet heard keeps playing at the client "
+    "(fix: clear once anything was captured, e.g. `if self._playing or self._listening`)",
+)
+async def test_an_interruption_before_the_first_sample_is_heard_clears_the_client() -> None:
+    client = FakeClient(24000, delay=1.0)  # a deep jitter buffer: heard 1 s after sent
+    output = ReportedPlayback(24000, client.send, client.clear)
+    client.output = output
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=ScriptedLLM([["A long answer that will be cut before it is heard."]]),
+        tts=ScriptedTTS(),
+        user_away_timeout=None,
+    )
+    session.output.audio = output
+    player = asyncio.create_task(client.run())
+    await session.start(rj.Agent(instructions="test"))
+    try:
+        session.generate_reply(user_input="hi")
+        await asyncio.sleep(0.3)  # the reply's audio was sent, not yet heard
+        assert client.first_audio is not None and client.played == 0
+        await session.interrupt()  # the user talked over it before a sample was heard
+        await asyncio.sleep(2.0)
+    finally:
+        player.cancel()
+        await session.aclose()
+    assert session.agent_state != "speaking"
+    assert client.clears == 1  # the client dropped it ...
+    assert client.played == 0  # ... so it never played what the agent no longer says
 
 
 # ----------------------------------------------------------- random sequences
