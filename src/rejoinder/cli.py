@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_server_commands(commands: Any) -> None:
-    from .devserver import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
+    from .devserver import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT, DEV_DRAIN_TIMEOUT
 
     about = (
         "FILE defines `async def entrypoint(conn)`, called once per connection; it builds "
@@ -138,14 +138,14 @@ def _add_server_commands(commands: Any) -> None:
         f"admitting, lets live sessions finish for up to --drain-timeout seconds, closes "
         f"the rest and exits 0. {about}",
     )
-    for sub in (dev, serve):
+    for sub, drain in ((dev, DEV_DRAIN_TIMEOUT), (serve, DEFAULT_DRAIN_TIMEOUT)):
         sub.add_argument("file", metavar="FILE", help="the agent file (a .py file)")
         sub.add_argument(
             "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})"
         )
         sub.add_argument(
             "--port",
-            type=int,
+            type=_port,
             default=DEFAULT_PORT,
             help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)",
         )
@@ -159,9 +159,9 @@ def _add_server_commands(commands: Any) -> None:
             "--drain-timeout",
             metavar="SECONDS",
             type=float,
-            default=DEFAULT_DRAIN_TIMEOUT,
+            default=drain,
             help=f"on SIGTERM/SIGINT, how long live sessions may go on before they are "
-            f"closed (default {DEFAULT_DRAIN_TIMEOUT:g})",
+            f"closed (default {drain:g})",
         )
         sub.add_argument(
             "-v", "--verbose", action="store_true", help="log the runtime's messages to stderr"
@@ -170,6 +170,13 @@ def _add_server_commands(commands: Any) -> None:
         "--no-reload", dest="reload", action="store_false", help="do not reload FILE on change"
     )
     serve.set_defaults(reload=False)
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -192,7 +199,10 @@ def _run_server(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         command=args.command,
     )
-    return asyncio.run(run_server(options))
+    try:
+        return asyncio.run(run_server(options))
+    except KeyboardInterrupt:  # Ctrl-C while the agent file was still loading
+        return 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

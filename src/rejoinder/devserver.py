@@ -9,7 +9,7 @@ at ``/``, the WebSocket transport at ``/ws``, WebRTC signalling at ``/api/offer`
   again in-process. New connections get the new ``entrypoint``; sessions already live keep
   the code they started with. A file that no longer loads is reported and the previous
   entry point stays in use. Modules the agent file imports are not reloaded (restart the
-  server for those).
+  server for those). On Ctrl-C live sessions get ``DEV_DRAIN_TIMEOUT`` seconds.
 - ``serve`` is for production: no reload, ``--max-sessions`` (over it, the WebSocket
   upgrade and the WebRTC offer get HTTP 503) and a graceful drain: on SIGTERM or SIGINT it
   stops admitting sessions (503, ``/healthz`` says ``draining``), lets live sessions finish
@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "DEV_DRAIN_TIMEOUT",
     "RELOAD_POLL",
     "ReloadingEntrypoint",
     "ServerOptions",
@@ -47,6 +48,8 @@ logger = logging.getLogger("rejoinder.devserver")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_DRAIN_TIMEOUT = 30.0
+DEV_DRAIN_TIMEOUT = 2.0
+"""``dev`` stops soon after Ctrl-C: live sessions get this long, then they are closed."""
 RELOAD_POLL = 0.5
 SHUTDOWN_TIMEOUT = 2.0
 """Seconds the HTTP server waits for requests still open after the sessions are closed."""
