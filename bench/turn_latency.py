@@ -3,10 +3,19 @@ sink, or with ``--audio`` the first audio frame at the output), and to the await
 resolving, for one session on the real clock. Also CPU milliseconds per measured turn.
 
     python bench/turn_latency.py [--turns 300] [--warmup 30] [--audio]
+    python bench/turn_latency.py --voice [--turns 24] [--warmup 2]
 
 With ``--audio`` a zero-latency TTS returns 0.5 s of 24 kHz audio per sentence as 20 ms
 frames (the reply is two sentences: 1 s, 50 frames) into an output that accepts frames
 instantly.
+
+With ``--voice`` the user speaks: the offline stack with its shipped defaults (Silero
+VAD, Whisper tiny.en, Piper) hears requests spoken by Piper from a microphone paced on
+the real clock, the zero-latency model answers, and the time runs from the end of the
+user's speech to the first agent audio frame at an output that accepts frames instantly
+(in process; ``bench/voice_latency_ws.py`` measures the same through the WebSocket
+transport). Reports every step from the end of speech and the word error of the
+transcripts.
 """
 
 from __future__ import annotations
@@ -78,14 +87,65 @@ async def bench(turns: int, warmup: int, audio: bool) -> dict[str, object]:
     }
 
 
+async def bench_voice(turns: int, warmup: int) -> dict[str, object]:
+    from _voice import (
+        InstantOutput,
+        PacedMic,
+        Probe,
+        TimedSTT,
+        TimedTTS,
+        clips,
+        offline_stack,
+        summary,
+    )
+
+    spoken = await clips()
+    stack = await offline_stack()
+    probe = Probe()
+    mic = PacedMic()
+    session: rj.AgentSession[None] = rj.AgentSession(
+        llm=InstantLLM(),
+        vad=stack.vad,
+        stt=TimedSTT(stack.stt, probe),
+        tts=TimedTTS(stack.tts, probe),
+        user_away_timeout=None,
+    )
+    session.input.audio = mic
+    session.output.audio = InstantOutput(probe, stack.tts.sample_rate)
+    probe.attach(session)
+    await session.start(rj.Agent(instructions="You are a helpful assistant."))
+    measured = []
+    try:
+        await asyncio.sleep(1.0)
+        for i in range(warmup + turns):
+            clip = spoken[i % len(spoken)]
+            clear_context(session)
+            turn = probe.start(clip.text)
+            turn.speech_end = await mic.play(clip)
+            await asyncio.wait_for(probe.finished.wait(), 20)
+            await asyncio.sleep(1.0)  # silence between requests
+            if i >= warmup:
+                measured.append(turn)
+    finally:
+        mic.close()
+        await session.aclose()
+    return {"bench": "turn_latency_voice", **summary(measured, "server_audio")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--audio", action="store_true", help="speak through a TTS")
+    parser.add_argument("--voice", action="store_true", help="the user speaks (offline stack)")
     args = parser.parse_args()
     gc.collect()
-    result = asyncio.run(bench(args.turns, args.warmup, args.audio))
+    if args.voice:
+        turns = args.turns if args.turns != 300 else len(__import__("_voice").REQUESTS)
+        warmup = args.warmup if args.warmup != 30 else 2
+        result = asyncio.run(bench_voice(turns, warmup))
+    else:
+        result = asyncio.run(bench(args.turns, args.warmup, args.audio))
     print(json.dumps(result, separators=(",", ":")))
 
 

@@ -75,7 +75,7 @@ def onset(voice: AudioFrame) -> float:
 async def test_one_utterance_gives_one_start_and_one_end() -> None:
     voice = await speech()
     audio = padded(voice)
-    stream = SileroVAD().stream()
+    stream = SileroVAD(min_silence_duration=0.5).stream()  # the end is checked for 0.5 s
     speech_at = 1.0 + onset(voice)
     speech_end = 1.0 + voice.duration
     events = feed(stream, audio)
@@ -117,7 +117,8 @@ async def test_other_rates_and_channels_are_converted(rate: int, channels: int) 
     audio = padded(voice)
     if channels == 2:
         audio = AudioFrame(np.repeat(audio.data, 2), rate, 2)
-    events = feed(SileroVAD().stream(), audio)
+    # 0.5 s of silence: at 8 kHz the pause at the sentence's comma reaches 0.3 s.
+    events = feed(SileroVAD(min_silence_duration=0.5).stream(), audio)
     assert [e.type for _, e in events] == ["start_of_speech", "end_of_speech"]
     # soxr adds 20-30 ms of delay (measured: +0.17 s at 48 kHz, +0.21 s at 8 and 22.05 kHz)
     assert 1.0 + onset(voice) <= events[0][0] <= 1.0 + onset(voice) + 0.25
@@ -194,11 +195,20 @@ def scripted(probabilities: Sequence[float], **options: Any) -> list[tuple[float
 def test_start_needs_min_speech_and_end_needs_min_silence() -> None:
     # 0.1 s of speech is 4 windows (rounded up); 0.5 s of silence is 16 windows
     probs = [0.0] * 5 + [0.9] * 3 + [0.0] + [0.9] * 4 + [0.9] * 10 + [0.0] * 16
-    events = scripted(probs)
+    events = scripted(probs, min_silence_duration=0.5)
     assert events == [
         (pytest.approx(13 * W), VADEvent("start_of_speech", 4 * W, 9 * W, pytest.approx(0.9))),
         (pytest.approx(39 * W), VADEvent("end_of_speech", 14 * W, 16 * W, 0.0)),
     ]
+
+
+def test_the_default_silence_is_ten_windows() -> None:
+    # 0.3 s, under the session's default min_endpointing_delay (0.4 s from the end of
+    # speech): the VAD does not add to the endpointing delay.
+    events = scripted([1.0] * 4 + [0.0] * 9)
+    assert [e.type for _, e in events] == ["start_of_speech"]
+    events = scripted([1.0] * 4 + [0.0] * 10)
+    assert events[1] == (pytest.approx(14 * W), VADEvent("end_of_speech", 4 * W, 10 * W, 0.0))
 
 
 def test_silence_before_the_start_is_reported() -> None:
@@ -225,14 +235,16 @@ def test_hysteresis() -> None:
 
 def test_a_short_pause_counts_as_speech() -> None:
     probs = [1.0] * 4 + [0.0] * 15 + [1.0] * 2 + [0.0] * 16
-    events = scripted(probs)
+    events = scripted(probs, min_silence_duration=0.5)
     assert [e.type for _, e in events] == ["start_of_speech", "end_of_speech"]
     assert events[1][1].speech_duration == pytest.approx(21 * W)
     assert events[1][0] == pytest.approx(37 * W)
 
 
 def test_speaking_and_speech_seconds() -> None:
-    stream = SileroStream(SileroVAD(), ScriptedSession([1.0] * 5 + [0.0] * 16))
+    stream = SileroStream(
+        SileroVAD(min_silence_duration=0.5), ScriptedSession([1.0] * 5 + [0.0] * 16)
+    )
     window = AudioFrame(np.zeros(512, np.int16), 16000)
     for _ in range(3):
         stream.push(window)

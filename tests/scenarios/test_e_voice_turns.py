@@ -67,6 +67,8 @@ async def call(llm_script: list[list[Any]], transcripts: list[str], **options: A
     tts = ScriptedTTS()
     mic = MemoryAudioInput(16000)
     options.setdefault("user_away_timeout", None)
+    # The timings below are written for a 0.5 s delay (the default is 0.4 s).
+    options.setdefault("min_endpointing_delay", 0.5)
     session: rj.AgentSession[Any] = rj.AgentSession(
         llm=llm, stt=stt, tts=tts, vad=ScriptedVAD(), **options
     )

@@ -57,7 +57,7 @@ class AgentSession(Generic[Userdata]):
         vad: VAD | None = None,
         allow_interruptions: bool = True,
         min_interruption_duration: float = 0.5,
-        min_endpointing_delay: float = 0.5,
+        min_endpointing_delay: float = 0.4,
         max_endpointing_delay: float = 3.0,
         preemptive_generation: bool = False,
         user_away_timeout: float | None = 15.0,

@@ -5,6 +5,16 @@ Per frame it does the least it can: one synchronous VAD push, a list append whil
 user speaks (or a ring-buffer append before), and the recognizer's own ``push`` when it
 streams. Everything else happens on VAD events and timers.
 
+End of turn. The turn ends ``min_endpointing_delay`` after the user stopped speaking
+(``max_endpointing_delay`` when the transcript trails off), counted from the end of speech,
+not from the moment the VAD was sure of it: the VAD's own silence is part of the delay, not
+added to it. The turn cannot end before the VAD ended the utterance and its transcript is
+in, so a recognizer that does not stream gets the utterance early: when the user pauses
+inside speech for ``_EARLY_PAUSE``, the utterance so far is recognized in the background.
+If the user does not speak again before the VAD ends the utterance, that transcript is the
+utterance's (what follows it is silence), and recognition has overlapped the VAD's
+silence; if the user goes on, it is dropped and the next pause starts another.
+
 Interruptions. When the user starts speaking over an interruptible reply that is
 audible, the reply is *paused* and *yielded* (the agent reports ``listening`` while the
 user talks). If the speech lasts ``min_interruption_duration`` (and has
@@ -34,7 +44,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder")
 
 _PREROLL_SECONDS = 0.5  # audio kept from before speech was confirmed (word onsets)
+_EARLY_PAUSE = 0.1  # a pause inside speech this long starts an early recognition
 _SENTENCE_FINAL = re.compile(r"[.!?…]['\")\]]*\s*$")
+
+
+class _Early:
+    """A recognition of the utterance so far, started at a pause: valid while the VAD
+    has heard no more speech than ``speech_seconds``."""
+
+    __slots__ = ("result", "speech_seconds")
+
+    def __init__(self, speech_seconds: float, result: asyncio.Future[str | Exception]) -> None:
+        self.speech_seconds = speech_seconds
+        self.result = result
 
 
 class UserTurns:
@@ -61,6 +83,9 @@ class UserTurns:
         self._transcript: list[str] = []
         self._interim = ""
         self._recognizing = 0
+        self._early: _Early | None = None
+        self._voiced_seen = 0.0  # the VAD's speech_seconds at the last frame
+        self._paused_for = 0.0  # seconds of the current pause inside speech
         self._ended_at: float | None = None
         self._commit_timer: asyncio.TimerHandle | None = None
         self._barge_in_timer: asyncio.TimerHandle | None = None
@@ -94,6 +119,18 @@ class UserTurns:
                 self._speech_started(event)
             else:
                 self._speech_ended(event)
+        if not self._streaming and self._vad.speaking:
+            self._watch_pause(frame.duration)
+
+    def _watch_pause(self, seconds: float) -> None:
+        """A pause inside speech: the VAD's speech seconds stop growing."""
+        voiced = self._vad.speech_seconds
+        if voiced != self._voiced_seen:  # speech (again): an early recognition is stale
+            self._voiced_seen, self._paused_for, self._early = voiced, 0.0, None
+            return
+        self._paused_for += seconds
+        if self._early is None and self._paused_for >= _EARLY_PAUSE - 1e-9:
+            self._recognize_early()
 
     # -------------------------------------------------------------- VAD events
 
@@ -109,6 +146,7 @@ class UserTurns:
         self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
         self._cancel(self._resume_timer)
         self._awaiting_words = None
+        self._early, self._voiced_seen, self._paused_for = None, -1.0, 0.0
         speech = self._interruptible_speech()
         if speech is None:
             return
@@ -145,7 +183,10 @@ class UserTurns:
         frames, self._utterance = self._utterance, []
         # The user stopped when the silence began, not when the VAD was sure of it.
         self._ended_at = asyncio.get_running_loop().time() - event.silence_duration
-        self._recognize(frames)
+        early, self._early = self._early, None
+        if early is not None and event.speech_duration > early.speech_seconds + 1e-6:
+            early = None  # speech after the snapshot (within this very push)
+        self._recognize(frames, early)
 
     # ------------------------------------------------------------ interruptions
 
@@ -214,16 +255,42 @@ class UserTurns:
         if activity is not None:
             activity.start_preemptive(text)
 
-    def _recognize(self, frames: list[AudioFrame]) -> None:
+    def _recognize_early(self) -> None:
+        if not self._utterance or self._ctx.closing or not self._ctx.running:
+            return
+        result: asyncio.Future[str | Exception] = asyncio.get_running_loop().create_future()
+        self._early = _Early(self._vad.speech_seconds, result)
+        self._ctx.spawn(self._recognize_into(list(self._utterance), result))
+
+    async def _recognize_into(
+        self, frames: list[AudioFrame], result: asyncio.Future[str | Exception]
+    ) -> None:
+        try:
+            try:
+                outcome: str | Exception = await self._stt.recognize(frames)
+            except Exception as exc:  # delivered to whoever uses it; a stale one is dropped
+                outcome = exc
+            result.set_result(outcome)
+        finally:
+            if not result.done():  # cancelled (the session closes)
+                result.cancel()
+
+    def _recognize(self, frames: list[AudioFrame], early: _Early | None = None) -> None:
         if not frames or self._ctx.closing:
             return
         self._recognizing += 1
         # In the session's scope: an utterance outlives a handoff.
-        self._ctx.spawn(self._recognize_utterance(frames))
+        self._ctx.spawn(self._recognize_utterance(frames, early))
 
-    async def _recognize_utterance(self, frames: list[AudioFrame]) -> None:
+    async def _recognize_utterance(self, frames: list[AudioFrame], early: _Early | None) -> None:
         try:
-            text = (await self._stt.recognize(frames)).strip()
+            if early is None:
+                text = (await self._stt.recognize(frames)).strip()
+            else:  # recognized from the pause on: what followed was silence
+                outcome = await early.result
+                if isinstance(outcome, Exception):
+                    raise outcome
+                text = outcome.strip()
         except Exception as exc:
             logger.warning("speech recognition failed: %s", exc)
             self._ctx.emit_error(exc, source="stt", recoverable=True)
@@ -268,6 +335,7 @@ class UserTurns:
         """Forget the turn in progress (audio, transcripts)."""
         self._cancel(self._commit_timer)
         self._utterance, self._transcript, self._interim = [], [], ""
+        self._early = None
         if self._streaming:
             self._stt.reset()  # type: ignore[attr-defined]
 
