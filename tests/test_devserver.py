@@ -8,7 +8,10 @@ import contextlib
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Sequence
@@ -279,13 +282,14 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def server(argv: Sequence[str], cwd: Path = ROOT) -> AsyncIterator[Server]:
+async def server(argv: Sequence[str], command: Sequence[str] = REJOINDER) -> AsyncIterator[Server]:
+    """``command ARGV --port 0`` in the repository, until it printed its URLs."""
     process = await asyncio.create_subprocess_exec(
-        *REJOINDER,
+        *command,
         *argv,
         "--port",
         "0",
-        cwd=cwd,
+        cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -482,19 +486,46 @@ async def test_serve_reports_a_bad_agent_file_and_exits_2(tmp_path: Path) -> Non
     assert "defines no 'entrypoint'" in text and "async def entrypoint(conn" in text
 
 
+def make_demo_command() -> tuple[list[str], list[str]]:
+    """What ``make demo`` prints and the command it runs, from ``make -n demo`` (a dry
+    run: nothing is executed, not even the bootstrap)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(
+        ["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+    )
+    script = dry.stdout.replace("\\\n", " ")
+    echoed = [shlex.split(line)[1] for line in script.splitlines() if line.startswith("echo ")]
+    runs = [line for line in script.splitlines() if "rejoinder dev" in line]
+    assert len(runs) == 1, script
+    return echoed, shlex.split(runs[0])
+
+
 @pytest.mark.looptime(False)
 @pytest.mark.timeout(60)
 async def test_make_demo_command_serves_the_offline_voice_agent() -> None:
-    """What ``make demo`` runs (``rejoinder dev examples/voice_agent.py``), on a free port."""
-    async with (
-        server(["dev", "examples/voice_agent.py"]) as srv,
-        aiohttp.ClientSession() as http,
-    ):
+    """``make demo``'s command (on a free port): the page, and the offline voice agent
+    greeting a WebSocket client with Piper's voice."""
+    echoed, command = make_demo_command()
+    assert "For the text console instead: .venv/bin/rejoinder console" in echoed
+    assert command == [".venv/bin/rejoinder", "dev", "examples/voice_agent.py"]
+    if not (ROOT / command[0]).exists():
+        command[0] = str(Path(sys.executable).with_name("rejoinder"))
+    async with server(command[1:], command=command[:1]) as srv, aiohttp.ClientSession() as http:
         assert srv.lines[0] == "rejoinder dev: examples/voice_agent.py"
         assert f"  open http://127.0.0.1:{srv.port}/ in a browser" in srv.lines
         async with http.get(f"{srv.base}/healthz") as response:
             assert (await response.json())["status"] == "ok"
         async with http.get(f"{srv.base}/") as response:
             assert response.status == 200
+        async with http.ws_connect(f"{srv.base}/ws") as ws:
+            client = Client(ws)
+            ready = await client.start()
+            assert ready["sample_rate"] == 22050  # Piper's joe voice, sent as it is made
+            greeting = await client.wait_for(
+                lambda m: m["type"] == "transcript" and m["role"] == "agent" and m["final"], 40
+            )
+            assert greeting["text"].startswith("Hi! I'm the rejoinder voice demo.")
+            assert client.samples > 22050  # more than a second of speech
         srv.process.send_signal(signal.SIGINT)
         assert await srv.exit_code(within=15) == 0
