@@ -28,7 +28,7 @@ from aiohttp.test_utils import TestServer
 import rejoinder as rj
 from rejoinder.io import Connection, create_app
 from rejoinder.io.static import page_routes
-from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedVAD, ToolCall
+from rejoinder.testing import Fail, ScriptedLLM, ScriptedSTT, ScriptedVAD, ToolCall
 
 CHROMIUM = "/usr/bin/chromium"
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
@@ -102,6 +102,11 @@ def barge_in_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("mic")
     question = _speech_48k(QUESTION)
     return _write_wav(folder / "barge_in.wav", [0.6, question, 3.0, _speech_48k("Stop."), 15.0])
+
+
+@pytest.fixture(scope="module")
+def silent_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_wav(tmp_path_factory.mktemp("mic") / "silence.wav", [15.0])
 
 
 def _entrypoint(replies: list[list[Any]], transcripts: list[str]) -> Any:
@@ -290,6 +295,30 @@ async def test_webrtc_page_shows_the_answer_it_played(
     assert audio["rate"] == 48000
     assert audio["played"] > 0.5 * 48000
     assert audio["energy"] > 0  # the played track carried sound, not only silence
+    assert not page.errors
+
+
+async def test_typed_text_is_answered_and_errors_are_shown(
+    serve: Any, open_page: Any, silent_wav: Path, tmp_path: Path
+) -> None:
+    url, _ = await serve(_entrypoint([["Hello there."], [Fail("the model is down")]], []))
+    page = await open_page(url, silent_wav)
+    await page.click("#t-websocket")
+    await page.click("#connect")
+    await page.wait_for_function("() => !document.querySelector('#text').disabled")
+    await page.wait_for_function("() => window.rejoinder.audio.rate > 0")
+    await page.fill("#text", "Hello")
+    await page.press("#text", "Enter")
+    await page.wait_for_function(SHOWED_ANSWER, timeout=10000)
+    await page.fill("#text", "Again")
+    await page.click("#say button")
+    await page.wait_for_selector("#banner.show", timeout=10000)
+    seen = await _seen(page)
+    await _screenshot(page, tmp_path, "error")
+    assert [cls for cls, text in seen["bubbles"] if text == "Hello"] == ["msg user"]
+    assert ["msg agent", "Hello there."] in seen["bubbles"]
+    banner = await page.text_content("#banner")
+    assert banner is not None and "session_error" in banner and "the model is down" in banner
     assert not page.errors
 
 
