@@ -21,10 +21,19 @@ from rejoinder.io.protocol import (
     Clear,
     CloseCode,
     ErrorMessage,
+    MetricsMessage,
+    ToolMessage,
     TranscriptMessage,
 )
 from rejoinder.io.websocket import WebSocketOptions
-from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD, speech_frame
+from rejoinder.testing import (
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    ToolCall,
+    speech_frame,
+)
 
 from ._client import VoiceClient
 
@@ -44,7 +53,11 @@ Served = tuple[str, list[rj.AgentSession[Any]], list[Connection]]
 async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     servers: list[TestServer] = []
 
-    async def start(make_session: Callable[[], rj.AgentSession[Any]], **options: Any) -> Served:
+    async def start(
+        make_session: Callable[[], rj.AgentSession[Any]],
+        agent: Callable[[], rj.Agent] = lambda: rj.Agent(instructions="test"),
+        **options: Any,
+    ) -> Served:
         sessions: list[rj.AgentSession[Any]] = []
         conns: list[Connection] = []
 
@@ -52,7 +65,7 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
             session = make_session()
             sessions.append(session)
             conns.append(conn)
-            await conn.serve(session, rj.Agent(instructions="test"))
+            await conn.serve(session, agent())
 
         app = create_app(entrypoint, websocket=WebSocketOptions(**options))
         server = TestServer(app, host="127.0.0.1")
@@ -165,6 +178,72 @@ async def test_barge_in_clears_the_client_and_the_history_keeps_what_was_heard(
     # paced by the scripted TTS's rate: what was heard, give or take a report and a word
     assert abs(len(cut.content) * 0.03 - heard_seconds) < 0.5
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+@rj.function_tool
+async def lookup(city: str) -> str:
+    """Look a city up.
+
+    Args:
+        city: The city.
+    """
+    await asyncio.sleep(0.2)
+    return f"{city} is sunny"
+
+
+async def test_typed_text_tools_and_agent_text_shown_from_when_it_is_heard(serve: Any) -> None:
+    url, sessions, _ = await serve(
+        scripted(
+            [["Let me look.", ToolCall("lookup", {"city": "Oslo"})], ["Oslo is sunny."]],
+            [],
+            seconds_per_char=0.02,
+        ),
+        agent=lambda: rj.Agent(instructions="test", tools=[lookup]),
+    )
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC, jitter=0.3)
+        await client.start()
+        await client.wait_for(
+            lambda m: isinstance(m, AgentStateMessage) and m.state == "listening", 5
+        )
+        await ws.send_str(json.dumps({"type": "text", "text": "Weather in Oslo?"}))
+        await client.wait_for(final_agent_text("Oslo is sunny."), 10)
+        await client.until(lambda: client.states()[-1][1] == "listening", 5)
+        await client.close()
+
+    kinds = [m for _, m in client.messages if not isinstance(m, MetricsMessage)]
+    user = [m for m in kinds if isinstance(m, TranscriptMessage) and m.role == "user"]
+    assert [(m.text, m.final) for m in user] == [("Weather in Oslo?", True)]
+    tools = [(m.name, m.status, m.error) for m in kinds if isinstance(m, ToolMessage)]
+    assert tools == [("lookup", "started", None), ("lookup", "finished", False)]
+    # agent text never shows before its audio is heard
+    speaking = False
+    for m in kinds:
+        if isinstance(m, AgentStateMessage):
+            speaking = m.state == "speaking"
+        elif isinstance(m, TranscriptMessage) and m.role == "agent" and not m.final:
+            assert speaking, m
+    finals = [
+        m.text for m in kinds if isinstance(m, TranscriptMessage) and m.role == "agent" and m.final
+    ]
+    assert finals == ["Let me look.", "Oslo is sunny."]
+    states = [s for _, s in client.states()]
+    assert states == [
+        "initializing",
+        "listening",
+        "thinking",
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
+    assert sessions[0].history.messages()[0].content == "Weather in Oslo?"
+
+
+def final_agent_text(text: str) -> Callable[[Any], bool]:
+    return lambda m: (
+        isinstance(m, TranscriptMessage) and m.role == "agent" and m.final and m.text == text
+    )
 
 
 async def _junk(url: str, *frames: str | bytes) -> tuple[list[dict[str, Any]], int | None]:

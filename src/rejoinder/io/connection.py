@@ -272,8 +272,8 @@ class Connection:
         send = self.send
 
         def agent_state(ev: Any) -> None:
-            self._text.speaking(ev.new_state == "speaking")
             send(AgentStateMessage(state=ev.new_state))
+            self._text.speaking(ev.new_state == "speaking")
 
         def user_state(ev: Any) -> None:
             send(UserStateMessage(state=ev.new_state))

@@ -64,8 +64,6 @@ class CloseCode(IntEnum):
 
     NORMAL = 1000
     """The session ended (the agent closed it, or the client said goodbye)."""
-    GOING_AWAY = 1001
-    """The server is shutting down (drain)."""
     UNSUPPORTED_DATA = 1003
     """Binary audio before ``start``."""
     INVALID_JSON = 1007
@@ -76,8 +74,6 @@ class CloseCode(IntEnum):
     """A frame over the size limit."""
     INTERNAL_ERROR = 1011
     """The agent's entry point failed."""
-    TRY_AGAIN_LATER = 1013
-    """The server is at its session limit."""
     START_TIMEOUT = 4001
     """No ``start`` message arrived in time."""
     SLOW_CLIENT = 4002
@@ -96,7 +92,6 @@ class ErrorCode:
     NOT_READY = "not_ready"
     AUDIO_OVERRUN = "audio_overrun"
     START_TIMEOUT = "start_timeout"
-    SERVER_FULL = "server_full"
     SESSION = "session_error"
     INTERNAL = "internal_error"
 
