@@ -69,6 +69,7 @@ class PushAudioInput(AudioInput):
         self._queue: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
         self._odd = b""
         self._closed = False
+        self._discard = False
         self.dropped_samples = 0
 
     def push_pcm(self, pcm: bytes) -> bool:
@@ -87,6 +88,8 @@ class PushAudioInput(AudioInput):
     def push(self, frame: AudioFrame) -> bool:
         if self._closed:
             return False
+        if self._discard:
+            return True
         samples = frame.samples_per_channel
         if self._queued + samples > self._limit:
             self.dropped_samples += samples
@@ -94,6 +97,10 @@ class PushAudioInput(AudioInput):
         self._queued += samples
         self._queue.put_nowait(frame)
         return True
+
+    def discard(self) -> None:
+        """Nobody listens: accept audio and drop it (never an overrun)."""
+        self._discard = True
 
     def close(self) -> None:
         """The microphone is gone: iteration ends after what was queued."""
@@ -222,7 +229,10 @@ class Connection:
         tts_rate = getattr(session.tts, "sample_rate", None)
         if self._match_tts_rate and isinstance(tts_rate, int) and tts_rate > 0:
             self.audio_output.sample_rate = tts_rate  # no resampling on the server
-        session.input.audio = self.audio_input
+        if _hears(session):
+            session.input.audio = self.audio_input
+        else:  # a session without a VAD and an STT cannot listen: the audio goes nowhere
+            self.audio_input.discard()
         session.output.audio = self.audio_output
         session.output.transcription = self._text
         closed = asyncio.Event()
@@ -343,6 +353,15 @@ class Connection:
             session.generate_reply(user_input=text)
         except RuntimeError as exc:  # closing, or not running any more
             self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=str(exc)))
+
+
+def _hears(session: AgentSession[Any]) -> bool:
+    """The session listens to a microphone (a VAD and an STT, or a realtime model)."""
+    from ..models.realtime import RealtimeModel
+
+    return isinstance(session.llm, RealtimeModel) or (
+        session.vad is not None and session.stt is not None
+    )
 
 
 Entrypoint: TypeAlias = Callable[[Connection], Awaitable[None]]
