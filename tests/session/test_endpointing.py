@@ -1,0 +1,155 @@
+"""The end of a user's turn, on virtual time: ``min_endpointing_delay`` counts from the end
+of speech (the VAD's own silence is part of it, never added to it), and a recognizer that
+does not stream is handed the utterance at the user's first pause, so its work overlaps
+that delay instead of following the VAD's end."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import rejoinder as rj
+from rejoinder.models.audio import AudioFrame
+from rejoinder.testing import (
+    MemoryAudioInput,
+    MemoryAudioOutput,
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    StateTimeline,
+    now,
+    speech_frame,
+)
+
+AGENT_STATES = ["initializing", "listening", "thinking", "speaking", "listening"]
+
+
+class SlowSTT(rj.STT):
+    """Does not stream: each call takes ``latency`` seconds and says how much it heard."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+        self.calls: list[tuple[float, float]] = []
+        """(when, seconds of audio) of each call."""
+
+    async def recognize(self, frames: Sequence[AudioFrame]) -> str:
+        seconds = round(sum(frame.duration for frame in frames), 3)
+        self.calls.append((now(), seconds))
+        await asyncio.sleep(self.latency)
+        return f"Heard {seconds:.2f} seconds."
+
+
+class Call:
+    def __init__(self, stt: rj.STT, *, min_silence: float, **options: Any) -> None:
+        self.llm = ScriptedLLM([["Answer."], ["Again."]])
+        self.mic = MemoryAudioInput(16000)
+        self.session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=self.llm,
+            stt=stt,
+            tts=ScriptedTTS(),
+            vad=ScriptedVAD(min_silence=min_silence),
+            user_away_timeout=None,
+            **options,
+        )
+        self.session.input.audio = self.mic
+        self.session.output.audio = MemoryAudioOutput(24000)
+        self.timeline = StateTimeline(self.session)
+
+    async def __aenter__(self) -> Call:
+        await self.session.start(rj.Agent(instructions="voice"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.aclose()
+
+    async def speak(self, seconds: float) -> None:
+        for _ in range(round(seconds / 0.02)):
+            await self.mic.push(speech_frame(0.02))
+
+    def user_turns(self) -> list[str]:
+        return [m.content for m in self.session.history.messages() if m.role == "user"]
+
+
+async def test_the_delay_counts_from_the_end_of_speech() -> None:
+    assert inspect.signature(rj.AgentSession).parameters["min_endpointing_delay"].default == 0.4
+    # The VAD is sure 0.3 s after the speech ended; the turn ends 0.4 s after it ended,
+    # not 0.3 + 0.4 s.
+    async with Call(ScriptedSTT(["Hello there."]), min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 0.4)]
+        assert c.timeline.agent_states() == AGENT_STATES
+        assert c.timeline.user_states() == ["listening", "speaking", "listening"]
+        assert c.timeline.times_of("listening", who="user")[-1] == pytest.approx(1.0 + 0.3)
+
+
+async def test_a_vad_slower_than_the_delay_ends_the_turn_when_it_is_sure() -> None:
+    # The delay and the VAD's silence overlap: the later of the two ends the turn.
+    async with Call(ScriptedSTT(["Hello there."]), min_silence=0.6) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 0.6)]
+        assert c.timeline.agent_states() == AGENT_STATES
+
+
+async def test_a_non_streaming_recognizer_starts_at_the_first_pause() -> None:
+    stt = SlowSTT(latency=0.25)
+    async with Call(stt, min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        # Handed the utterance 0.1 s into the pause (t=1.1), done at 1.35: before the
+        # delay is over (1.4). Waiting for the VAD's end (1.3) would have made it 1.55.
+        assert stt.calls == [(pytest.approx(1.1), pytest.approx(1.1))]
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 0.4)]
+        assert c.user_turns() == ["Heard 1.10 seconds."]
+        assert c.timeline.agent_states() == AGENT_STATES
+        assert c.timeline.user_states() == ["listening", "speaking", "listening"]
+
+
+async def test_a_slow_recognizer_ends_the_turn_when_its_transcript_is_in() -> None:
+    stt = SlowSTT(latency=0.5)
+    async with Call(stt, min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.1 + 0.5)]
+        assert len(stt.calls) == 1
+
+
+async def test_an_early_recognition_is_dropped_when_the_user_goes_on() -> None:
+    stt = SlowSTT(latency=0.25)
+    async with Call(stt, min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(0.2)  # a pause: recognized from t=1.1 ...
+        await c.speak(0.5)  # ... but the user goes on (t=1.2 to 1.7)
+        await c.mic.push_silence(2.0)
+        # Every pause is recognized; the one the VAD ends the utterance in is the
+        # transcript, with all the speech in it.
+        assert stt.calls == [
+            (pytest.approx(1.1), pytest.approx(1.1)),
+            (pytest.approx(1.8), pytest.approx(1.8)),
+        ]
+        assert c.user_turns() == ["Heard 1.80 seconds."]
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.7 + 0.4)]
+        assert c.timeline.agent_states() == AGENT_STATES
+        assert c.timeline.user_states() == ["listening", "speaking", "listening"]
+
+
+async def test_a_new_utterance_after_the_turn_is_recognized_on_its_own() -> None:
+    stt = SlowSTT(latency=0.1)
+    async with Call(stt, min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(3.0)
+        t0 = now()
+        await c.speak(0.5)
+        await c.mic.push_silence(2.0)
+        # The second utterance alone (with its pre-roll), from its own first pause.
+        assert len(stt.calls) == 2
+        assert stt.calls[1][0] == pytest.approx(t0 + 0.5 + 0.1)
+        assert 0.6 <= stt.calls[1][1] <= 1.1
+        assert c.timeline.times_of("thinking")[-1] == pytest.approx(t0 + 0.5 + 0.4)
+        assert c.user_turns() == ["Heard 1.10 seconds.", f"Heard {stt.calls[1][1]:.2f} seconds."]
