@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 
 import rejoinder as rj
@@ -80,7 +81,10 @@ def _load_models() -> None:
     async def load() -> None:
         await asyncio.gather(STT.load(), TTS.load())
 
-    asyncio.run(load())
+    try:
+        asyncio.run(load())
+    except Exception as exc:  # each session reports it again when it needs the model
+        print(f"voice_agent: loading the speech models failed: {exc}", file=sys.stderr)
 
 
 threading.Thread(target=_load_models, name="load-speech-models", daemon=True).start()
