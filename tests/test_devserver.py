@@ -486,13 +486,18 @@ async def test_serve_reports_a_bad_agent_file_and_exits_2(tmp_path: Path) -> Non
     assert "defines no 'entrypoint'" in text and "async def entrypoint(conn" in text
 
 
-def make_demo_command() -> tuple[list[str], list[str]]:
+def make_demo_command(*variables: str) -> tuple[list[str], list[str]]:
     """What ``make demo`` prints and the command it runs, from ``make -n demo`` (a dry
     run: nothing is executed, not even the bootstrap)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     dry = subprocess.run(
-        ["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+        ["make", "-n", "demo", *variables],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     )
     script = dry.stdout.replace("\\\n", " ")
     echoed = [shlex.split(line)[1] for line in script.splitlines() if line.startswith("echo ")]
@@ -529,3 +534,18 @@ async def test_make_demo_command_serves_the_offline_voice_agent() -> None:
             assert client.samples > 22050  # more than a second of speech
         srv.process.send_signal(signal.SIGINT)
         assert await srv.exit_code(within=15) == 0
+
+
+def test_make_demo_passes_a_model_and_options_through() -> None:
+    _, command = make_demo_command(
+        "LLM=llama3.2", "BASE_URL=http://localhost:11434/v1", "ARGS=--port 8080"
+    )
+    assert command == [
+        "REJOINDER_LLM=llama3.2",
+        "OPENAI_BASE_URL=http://localhost:11434/v1",
+        ".venv/bin/rejoinder",
+        "dev",
+        "examples/voice_agent.py",
+        "--port",
+        "8080",
+    ]
