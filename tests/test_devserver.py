@@ -425,6 +425,28 @@ async def test_serve_closes_live_sessions_after_the_drain_timeout(tmp_path: Path
 
 @pytest.mark.looptime(False)
 @pytest.mark.timeout(40)
+async def test_a_second_signal_closes_live_sessions_at_once(tmp_path: Path) -> None:
+    agent = write(tmp_path, AGENT.format(version="hello"))
+    async with (
+        server(["serve", str(agent), "--drain-timeout", "60"]) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        ws = await http.ws_connect(f"{srv.base}/ws")
+        client = Client(ws)
+        await client.start()
+        await client.wait_for(greeted("hello"))
+        srv.process.send_signal(signal.SIGTERM)
+        await srv.wait_line(r"^draining: ")
+        started = asyncio.get_running_loop().time()
+        srv.process.send_signal(signal.SIGINT)
+        assert await client.wait_closed(within=10) == 1000
+        assert await srv.exit_code(within=10) == 0
+        assert asyncio.get_running_loop().time() - started < 6
+        assert "closing 1 live session(s)" in srv.lines
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
 async def test_dev_serves_the_page_and_reloads_the_agent_file(tmp_path: Path) -> None:
     agent = write(tmp_path, AGENT.format(version="version one"))
     async with server(["dev", str(agent)]) as srv, aiohttp.ClientSession() as http:
