@@ -313,3 +313,27 @@ async def test_a_start_that_never_comes_times_out(serve: Any) -> None:
 
 def test_silence_helper() -> None:
     assert np.frombuffer(tone(0.02), "<i2").size == 320
+
+
+async def test_a_client_that_vanishes_mid_answer_closes_its_session(serve: Any) -> None:
+    long = "This is a long answer that goes on and on for quite a while. " * 3
+    url, sessions, conns = await serve(scripted([[long]], ["Tell me a story."]))
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(url)
+        client = VoiceClient(ws, MIC)
+        await client.start()
+        await client.speak(tone(0.5))
+        await client.wait_for(
+            lambda m: isinstance(m, AgentStateMessage) and m.state == "speaking", 5
+        )
+        assert ws._response is not None and ws._response.connection is not None
+        ws._response.connection.transport.abort()  # no close handshake: the cable is cut
+        await client.close()
+        session = sessions[0]
+        closed = asyncio.Event()
+        session.on("close", lambda _: closed.set())
+        if not conns[0].left or session.agent_state != "listening":
+            await asyncio.wait_for(closed.wait(), 5)
+        assert conns[0].left and session.agent_state == "listening"
+        async with http.get(url.replace("/ws", "/healthz")) as health:
+            assert (await health.json())["sessions"] == 0
