@@ -113,7 +113,8 @@ class SessionGate(Generic[C]):
         if self._draining:
             return "the server is shutting down (draining); try again elsewhere"
         if self.max_sessions is not None and self.live + len(self._held) >= self.max_sessions:
-            return f"the server is full ({self.max_sessions} live sessions); try again later"
+            limit = self.max_sessions
+            return f"the server is full (at most {limit} live session(s)); try again later"
         return None
 
     # ----------------------------------------------------------- admitting
