@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
 	@echo "For the text console instead: $(BIN)/rejoinder console"
-	$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
+	@$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
 test: lint typecheck pytest
