@@ -185,6 +185,20 @@ async def test_the_client_leaving_finishes_what_it_was_playing() -> None:
     assert rig.sent == [100]  # nothing is sent to a client that left
 
 
+async def test_progress_reports_what_of_the_segment_was_heard() -> None:
+    rig = Rig()
+    seen: list[tuple[float, float | None]] = []
+    rig.out.on_progress = lambda heard, length: seen.append((heard, length))
+    await rig.segment(100, flush=False)
+    rig.out.on_played(40)
+    rig.out.flush()  # its length is known now
+    await rig.segment(50)  # a second segment queued behind
+    rig.out.on_played(40)  # no news: nothing
+    rig.out.on_played(90)
+    rig.out.on_played(120)  # the first ends; the second is heard from here
+    assert seen == [(0.04, None), (0.04, 0.1), (0.09, 0.1), (0.02, 0.05)]
+
+
 async def test_wrong_audio_is_refused() -> None:
     rig = Rig()
     with pytest.raises(ValueError, match="Hz"):

@@ -5,6 +5,7 @@ check playback truth, barge-in and junk handling exactly."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -178,6 +179,15 @@ async def test_barge_in_clears_the_client_and_the_history_keeps_what_was_heard(
     # paced by the scripted TTS's rate: what was heard, give or take a report and a word
     assert abs(len(cut.content) * 0.03 - heard_seconds) < 0.5
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    # the agent's text ran with its voice, word by word, up to about where it was cut
+    shown = [
+        m.text
+        for m in client.of_type(TranscriptMessage)
+        if m.role == "agent" and not m.final and long.startswith(m.text)
+    ]
+    assert len(shown) >= 5
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(shown))
+    assert abs(len(shown[-1]) - len(cut.content)) <= 12
 
 
 @rj.function_tool

@@ -114,34 +114,61 @@ class PushAudioInput(AudioInput):
             yield frame
 
 
+CHARS_PER_SECOND = 15.0
+"""Speaking rate assumed to pace agent text before a reply's audio is complete."""
+
+
 class _AgentText(TextOutput):
-    """Agent text for the client, shown from when its audio is heard: text that arrives
-    before the reply is audible waits for ``speaking``. The final transcript (exactly
-    what was heard) comes from the history, not from here."""
+    """Agent text for the client, paced by what the listener has heard.
+
+    With audio, each ``played`` report that moves the reply reveals the share of its text
+    that its share of audio heard amounts to (whole words; at ``CHARS_PER_SECOND`` until
+    the reply's audio is complete and its length known), so the text runs with the voice,
+    give or take a word. Without audio (``paced=False``) text is shown as it is delivered.
+    The final transcript (exactly what was heard) comes from the history, not from here.
+    """
 
     def __init__(self, send: Callable[[ServerMessage], None]) -> None:
         self._send = send
         self._parts: list[str] = []
-        self.audible = False
+        self._shown = 0
+        self.paced = True
 
     async def capture_text(self, text: str) -> None:
         self._parts.append(text)
-        if self.audible:
-            self._show()
+        if not self.paced:
+            self._show(len(self._text()))
 
     def flush(self) -> None:
         pass  # the text stays until the reply's final transcript replaces it
 
-    def speaking(self, audible: bool) -> None:
-        self.audible = audible
-        if audible and self._parts:
-            self._show()
+    def progress(self, heard: float, length: float | None) -> None:
+        text = self._text()
+        if length is not None and length > 0:
+            chars = len(text) * min(1.0, heard / length)
+        else:
+            chars = heard * CHARS_PER_SECOND
+        end = min(len(text), round(chars))
+        if end < len(text):  # back to a whole word
+            end = text.rfind(" ", 0, end + 1) if text[end : end + 1] != " " else end
+        self._show(max(end, 0))
 
     def final(self) -> None:
         self._parts.clear()
+        self._shown = 0
 
-    def _show(self) -> None:
-        self._send(TranscriptMessage(role="agent", text="".join(self._parts), final=False))
+    def _text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def _show(self, end: int) -> None:
+        if end <= self._shown:
+            return  # shown text only grows
+        self._shown = end
+        text = self._text()[:end].rstrip()
+        if text:
+            self._send(TranscriptMessage(role="agent", text=text, final=False))
 
 
 class Connection:
@@ -235,6 +262,8 @@ class Connection:
             self.audio_input.discard()
         session.output.audio = self.audio_output
         session.output.transcription = self._text
+        self._text.paced = session.tts is not None or _is_realtime(session)
+        self.audio_output.on_progress = self._text.progress
         closed = asyncio.Event()
         handlers = self._subscribe(session, closed)
         assert self.audio_output.sample_rate is not None
@@ -283,7 +312,6 @@ class Connection:
 
         def agent_state(ev: Any) -> None:
             send(AgentStateMessage(state=ev.new_state))
-            self._text.speaking(ev.new_state == "speaking")
 
         def user_state(ev: Any) -> None:
             send(UserStateMessage(state=ev.new_state))
@@ -355,13 +383,15 @@ class Connection:
             self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=str(exc)))
 
 
-def _hears(session: AgentSession[Any]) -> bool:
-    """The session listens to a microphone (a VAD and an STT, or a realtime model)."""
+def _is_realtime(session: AgentSession[Any]) -> bool:
     from ..models.realtime import RealtimeModel
 
-    return isinstance(session.llm, RealtimeModel) or (
-        session.vad is not None and session.stt is not None
-    )
+    return isinstance(session.llm, RealtimeModel)
+
+
+def _hears(session: AgentSession[Any]) -> bool:
+    """The session listens to a microphone (a VAD and an STT, or a realtime model)."""
+    return _is_realtime(session) or (session.vad is not None and session.stt is not None)
 
 
 Entrypoint: TypeAlias = Callable[[Connection], Awaitable[None]]

@@ -20,12 +20,15 @@ Framework-free: both the WebSocket and the WebRTC transports use it, each with i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
 
 __all__ = ["ReportedPlayback"]
+
+logger = logging.getLogger("rejoinder")
 
 
 @dataclass(slots=True)
@@ -71,6 +74,10 @@ class ReportedPlayback(AudioOutput):
         self._closed = False
         self.total_sent = 0
         """Every sample handed to the transport, ever (for metrics and tests)."""
+        self.on_progress: Callable[[float, float | None], None] | None = None
+        """Called with each report that moves the segment being heard: seconds of it
+        heard, and its whole length once it is complete (``None`` before)."""
+        self._last_progress: tuple[int, int, bool] | None = None
 
     # ---------------------------------------------------------------- reading
 
@@ -189,9 +196,26 @@ class ReportedPlayback(AudioOutput):
                 if segment.on_started is not None:
                     segment.on_started()
             if not (segment.started and segment.flushed and position >= segment.end):
+                if segment.started:
+                    self._progress(segment, position)
                 return
             self._segments.pop(0)
             self._finish(segment, segment.end - segment.start, interrupted=False)
+
+    def _progress(self, segment: _Segment, position: int) -> None:
+        if self.on_progress is None:
+            return
+        key = (id(segment), position, segment.flushed)
+        if key == self._last_progress:
+            return  # nothing moved
+        self._last_progress = key
+        assert self.sample_rate is not None
+        heard = (min(position, segment.end) - segment.start) / self.sample_rate
+        length = (segment.end - segment.start) / self.sample_rate if segment.flushed else None
+        try:
+            self.on_progress(heard, length)
+        except Exception:  # a display hook must not break playback truth
+            logger.exception("the playback progress callback failed")
 
     def _finish(self, segment: _Segment, samples: int, *, interrupted: bool) -> None:
         assert self.sample_rate is not None
