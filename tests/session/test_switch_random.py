@@ -60,10 +60,20 @@ BOUND = 120.0  # virtual seconds any single awaited call may take
 SETTLE = 700.0  # virtual seconds after the last step: past every watchdog
 
 
-# A break already reproduced in test_switch_regressions (xfail there) is left out here
-# so that the search goes on for new ones: the guard that avoids it names its test.
-# REJOINDER_STRESS_STRICT=1 drops the guards.
+# A break already reproduced in test_switch_regressions (xfail there) is steered around
+# here, so that the search goes on for new ones: the guard names the test that
+# reproduces it. REJOINDER_STRESS_STRICT=1 drops the guards.
 STRICT = os.environ.get("REJOINDER_STRESS_STRICT") == "1"
+
+
+def known_break_ahead(session: rj.AgentSession[Oracle], op: tuple[Any, ...]) -> bool:
+    """Known break (``test_reply_queued_to_a_completing_task_is_not_spoken_after_listening``):
+    a turn queued to a task started by a background tool, just before that task completes,
+    is still heard after the agent reported listening. Unless strict, no turn, say() or
+    run() is sent while such a task is current."""
+    if STRICT or op[0] not in ("user", "run", "say", "enter_interrupt"):
+        return False
+    return current_agent(session) in oracle_of(session).background_tasks
 
 
 # ------------------------------------------------------------------ agents
@@ -74,18 +84,9 @@ def oracle_of(session: rj.AgentSession[Any]) -> Oracle:
     return data
 
 
-def speak(agent: rj.Agent, text: str) -> rj.SpeechHandle | None:
-    """``agent``'s hook says ``text``.
-
-    Known break (``test_paused_agents_on_enter_does_not_speak_through_the_task``): the
-    on_enter of an agent paused by a task goes on, and its ``say()`` is spoken by the
-    task that is current (a false listening before it). Unless strict, a hook of an
-    agent that is not current stays silent, as an application would guard it."""
-    session = agent.session
-    if not STRICT and current_agent(session) is not agent:
-        oracle_of(session)._note(f"known: {agent.id} is not current; its line is skipped")
-        return None
-    return session.say(text)
+def speak(agent: rj.Agent, text: str) -> rj.SpeechHandle:
+    """``agent``'s hook says ``text`` (for that agent: a paused one's line waits for it)."""
+    return agent.session.say(text)
 
 
 async def sub_task(agent: rj.Agent, task: rj.AgentTask[str]) -> str:
@@ -101,9 +102,7 @@ class NoticeTask(rj.AgentTask[str]):
 
     async def on_enter(self) -> None:
         with oracle_of(self.session).working(self, "notice.on_enter"):
-            line = speak(self, "This call may be recorded.")
-            if line is not None:
-                await line
+            await speak(self, "This call may be recorded.")
             self.complete("noted")
 
 
@@ -288,7 +287,9 @@ async def bg_notice(ctx: rj.RunContext[Oracle]) -> str:
         await ctx.update("notice coming")
         await advance(0.5)
         ctx.userdata.cause("bg_notice starts a task")
-        return f"notice: {await tool_task(ctx, owner, NoticeTask(tools=tools()))}"
+        task = NoticeTask(tools=tools())
+        ctx.userdata.background_tasks.append(task)
+        return f"notice: {await tool_task(ctx, owner, task)}"
 
 
 def tools() -> list[rj.FunctionTool]:
@@ -509,12 +510,24 @@ def check_step(session: rj.AgentSession[Any], oracle: Oracle) -> None:
     assert not fatal, (fatal, oracle.describe())
     # The test's own tools never crash, and its hooks fail only when a task they wait
     # for is ended under them (a ToolError): anything else is the session's doing.
-    crashed = [
-        e
-        for e in oracle.errors
-        if e.source == "tool" or (e.source == "on_enter" and not isinstance(e.error, rj.ToolError))
-    ]
+    crashed = [e for e in oracle.errors if e.source == "tool" or hook_crashed(e)]
     assert not crashed, (crashed, oracle.describe())
+
+
+def hook_crashed(error: rj.ErrorEvent) -> bool:
+    return (
+        error.source == "on_enter"
+        and not isinstance(error.error, rj.ToolError)
+        and not known_hook_failure(error)
+    )
+
+
+def known_hook_failure(error: rj.ErrorEvent) -> bool:
+    """Known break (``test_update_agent_racing_task_entry_leaves_the_tasks_on_enter_alone``):
+    a switch landing while a task's activity is launched but its on_enter has not begun
+    lets that on_enter run, and its say() raises RuntimeError. Unless strict, allowed."""
+    text = str(error.error)
+    return not STRICT and isinstance(error.error, RuntimeError) and "no longer the current" in text
 
 
 async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
@@ -568,6 +581,9 @@ async def play(
 ) -> None:
     """Every step, then time, then one more turn, then the close."""
     for op in ops:
+        if known_break_ahead(session, op):
+            oracle._note(f"--- {op} known: skipped while a background tool's task is current")
+            continue
         oracle._note(f"--- {op}")
         await step(session, oracle, op)
         check_step(session, oracle)

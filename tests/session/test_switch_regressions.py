@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from typing import Any
 
 import pytest
@@ -140,3 +141,74 @@ async def test_paused_agents_on_enter_does_not_speak_through_the_task(
     # Nothing new happened: the agent says nothing more until the user answers.
     assert h.timeline.agent_states(since=asked + 0.01) == ["listening"], h.timeline.describe()
     assert h.output.segments == ["What is your email address?"], h.output.segments
+
+
+@rj.function_tool
+async def consent_later(ctx: rj.RunContext[None]) -> str:
+    """Tell the caller about recording, once the line is free."""
+    await ctx.update("the notice comes in a moment")
+    await advance(0.5)
+    return f"notice given: {await Notice()}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a task started by a background tool completes while the user's next turn is "
+    "queued to it: the caller is current at once (listening: its tool is in the "
+    "background, the task's queued reply no longer counts), but that reply is still "
+    "started and heard (listening -> speaking at one instant with nothing new)",
+)
+async def test_reply_queued_to_a_completing_task_is_not_spoken_after_listening(
+    make_session: MakeSession,
+) -> None:
+    def model(ctx: rj.ChatContext) -> list[Any]:
+        last = ctx.items[-1]
+        if getattr(ctx.items[0], "content", "") == "notice":
+            return ["Hi", Delay(0.5), " there."]  # the task answers the user's question
+        if isinstance(last, rj.ChatMessage) and last.content == "hi":
+            return [ToolCall("consent_later")]
+        return ["After."]
+
+    llm = ScriptedLLM(model)  # type: ignore[arg-type]
+    front = rj.Agent(instructions="front", id="front", tools=[consent_later])
+    h = await make_session(llm, front)
+    await asyncio.wait_for(h.session.run(user_input="hi"), BOUND)  # "After." was said
+    await advance(0.5)  # the tool starts the task
+    assert h.session.current_agent.id == "Notice"
+    for _ in range(3):  # its on_enter has queued its line
+        await asyncio.sleep(0)
+    # The user asks something meanwhile: queued to the task, behind its line.
+    h.session.generate_reply(user_input="a question")
+    await advance(5.0)
+    states = h.timeline.agent_states()
+    # Speech that starts from listening was owed while the agent said nothing was.
+    pairs = list(itertools.pairwise(states))
+    assert ("listening", "speaking") not in pairs, h.timeline.describe()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="update_agent() lands after a tool entered a task, once the task's activity "
+    "was launched but before its on_enter started: the leave finds no on_enter to stop, "
+    "the on_enter starts anyway, and its say() raises RuntimeError('Notice is no longer "
+    "the current agent') into the application's hook (an error event, source on_enter)",
+)
+async def test_update_agent_racing_task_entry_leaves_the_tasks_on_enter_alone(
+    make_session: MakeSession,
+) -> None:
+    failed: dict[int, list[rj.ErrorEvent]] = {}
+    for steps in range(8):  # land the switch on each step of the task's entry
+        llm = ScriptedLLM([[ToolCall("consent")], ["After."], ["Again."]])
+        h = await make_session(llm, rj.Agent(instructions="front", id="front", tools=[consent]))
+        h.session.generate_reply(user_input="hi")
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        await asyncio.wait_for(
+            h.session.update_agent(rj.Agent(instructions="next", id="next")), BOUND
+        )
+        await advance(10.0)
+        assert h.session.current_agent.id == "next"
+        errors = [e for e in h.errors if e.source == "on_enter"]
+        if errors:
+            failed[steps] = errors
+    assert failed == {}, failed
