@@ -100,7 +100,9 @@ class AudioDelivery(Delivery):
     def stop(self) -> None:
         self._synthesis.cancel()
         self._end_text_segment()
-        if self._playing:
+        # Audio handed to the output but not yet reported playing (a far-end player
+        # still buffering) must be cleared too, or it plays after the interruption.
+        if self._playing or self._listening:
             try:
                 self._output.clear_buffer()
             except Exception as exc:  # stop() must not raise: report and go on
