@@ -101,7 +101,9 @@ async def measure(seconds: float) -> dict[str, float]:
     }
 
 
-async def run_mode(mode: str, sessions: int, seconds: float, vad: str) -> dict[str, Any]:
+async def run_mode(
+    mode: str, sessions: int, seconds: float, vad: str, client_flags: list[str]
+) -> dict[str, Any]:
     from aiohttp import web
 
     import rejoinder as rj
@@ -147,6 +149,7 @@ async def run_mode(mode: str, sessions: int, seconds: float, vad: str) -> dict[s
         url,
         "--sessions",
         str(sessions),
+        *client_flags,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -199,7 +202,7 @@ async def run_mode(mode: str, sessions: int, seconds: float, vad: str) -> dict[s
 # ----------------------------------------------------------------- the clients
 
 
-async def clients(url: str, sessions: int) -> None:
+async def clients(url: str, sessions: int, *, mic: bool, reports: bool) -> None:
     import fractions
 
     import aiohttp
@@ -243,7 +246,10 @@ async def clients(url: str, sessions: int) -> None:
 
     async def one(http: aiohttp.ClientSession) -> tuple[Any, asyncio.Event]:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        pc.addTrack(Mic())
+        if mic:
+            pc.addTrack(Mic())
+        else:
+            pc.addTransceiver("audio", direction="recvonly")
         channel = pc.createDataChannel("rejoinder")
         ready = asyncio.Event()
         played = [0]
@@ -261,7 +267,7 @@ async def clients(url: str, sessions: int) -> None:
         async def report() -> None:
             while True:
                 await asyncio.sleep(0.1)
-                if channel.readyState == "open":
+                if reports and channel.readyState == "open":
                     channel.send(json.dumps({"type": "played", "samples": played[0]}))
 
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(report())]
@@ -299,13 +305,19 @@ def main() -> None:
     default_vad = "silero" if importlib.util.find_spec("silero_vad") else "energy"
     parser.add_argument("--vad", choices=("silero", "energy"), default=default_vad)
     parser.add_argument("--modes", default="listening,talking")
+    parser.add_argument("--no-mic", action="store_true", help="clients send no microphone")
+    parser.add_argument("--no-reports", action="store_true", help="clients report nothing")
     parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        asyncio.run(clients(args.client, args.sessions))
+        asyncio.run(
+            clients(args.client, args.sessions, mic=not args.no_mic, reports=not args.no_reports)
+        )
         return
+    flags = [f for f, on in (("--no-mic", args.no_mic), ("--no-reports", args.no_reports)) if on]
     for mode in args.modes.split(","):
-        result = asyncio.run(run_mode(mode, args.sessions, args.seconds, args.vad))
+        result = asyncio.run(run_mode(mode, args.sessions, args.seconds, args.vad, flags))
+        result["client"] = {"mic": not args.no_mic, "reports": not args.no_reports}
         print(json.dumps(result), flush=True)
 
 

@@ -53,6 +53,7 @@ class MicTrack(MediaStreamTrack):
         self._frames = 0
         self.spoken_until = 0.0
         """Loop time at which the queued speech will have gone out."""
+        self._stalled = asyncio.Event()
 
     def say(self, pcm48: np.ndarray[Any, Any]) -> None:
         """Queue 48 kHz mono int16 samples (whole frames; the tail is padded)."""
@@ -63,9 +64,15 @@ class MicTrack(MediaStreamTrack):
             self._queue.append(data[i : i + FRAME])
         self.spoken_until = max(self.spoken_until, loop.time()) + len(data) / RATE
 
+    def stall(self) -> None:
+        """Send nothing more (as a peer that vanished would)."""
+        self._stalled.set()
+
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
+        if self._stalled.is_set():
+            await asyncio.Event().wait()
         loop = asyncio.get_running_loop()
         if self._start is None:
             self._start = loop.time()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,8 @@ import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
 
 import rejoinder as rj
 from rejoinder.io import Connection
@@ -210,6 +211,39 @@ async def test_the_client_closing_tears_the_peer_down_and_leaves_no_task(serve: 
     assert [t.get_coro() for t in left if not t.done()] == []
 
 
+async def test_a_peer_that_goes_silent_is_dropped_after_the_media_timeout(serve: Any) -> None:
+    options = WebRTCOptions(host_addresses=["127.0.0.1"], media_idle_timeout=0.5)
+    served = await serve(scripted([], []), options)
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        client.mic.stall()  # as if the peer vanished: no more RTP from it
+        async with asyncio.timeout(5):
+            await served.webrtc.wait_idle()
+        assert served.ended == served.conns and served.conns[0].left
+        await client.close()
+
+
+async def test_an_answer_never_used_is_given_up_after_the_connect_timeout(serve: Any) -> None:
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    options = WebRTCOptions(host_addresses=["127.0.0.1"], connect_timeout=0.5)
+    served = await serve(scripted([], []), options)
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc.addTransceiver("audio")
+    pc.createDataChannel("rejoinder")
+    await pc.setLocalDescription(await pc.createOffer())
+    offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+    async with aiohttp.ClientSession() as http, http.post(served.url, json=offer) as resp:
+        assert resp.status == 200
+    assert served.webrtc.peers == 1
+    async with asyncio.timeout(3):
+        await served.webrtc.wait_idle()
+    assert served.conns == []  # the entry point never ran
+    await pc.close()
+
+
 async def test_junk_on_the_data_channel_gets_error_events_and_the_session_goes_on(
     serve: Any,
 ) -> None:
@@ -282,11 +316,3 @@ async def test_no_ice_server_is_used_unless_configured() -> None:
     finally:
         await peer.close()
         await configured.close()
-
-
-def test_a_missing_extra_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rejoinder.io.webrtc import _deps
-
-    monkeypatch.setitem(sys.modules, "aiortc", None)
-    with pytest.raises(_deps.WebRTCUnavailable, match=r"pip install 'rejoinder\[webrtc\]'"):
-        _deps.require()

@@ -8,6 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
+pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
+
 from rejoinder.io.webrtc.media import CODEC_DELAY, FRAME_SAMPLES, AgentTrack, silence_packet
 from rejoinder.models.audio import AudioFrame
 
