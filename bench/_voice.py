@@ -9,6 +9,7 @@ near-silence after the words).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import os
@@ -156,6 +157,8 @@ class Turn:
     server_audio: float | None = None
     client_audio: float | None = None
     recognitions: list[tuple[float, float]] = field(default_factory=list)
+    replies: int = 0
+    """Turns the request was answered as (more than one: the user's pause ended a turn)."""
 
     def breakdown(self) -> dict[str, float]:
         """Seconds from the end of speech to each step."""
@@ -201,8 +204,10 @@ class Probe:
             t = self.turn
             if t is None:
                 return
-            if ev.new_state == "thinking" and t.thinking is None:
-                t.thinking = time.perf_counter()
+            if ev.new_state == "thinking":
+                t.replies += 1
+                if t.thinking is None:
+                    t.thinking = time.perf_counter()
             if ev.old_state == "speaking" and ev.new_state == "listening":
                 self.finished.set()
 
@@ -279,14 +284,31 @@ class Stack:
     tts: Any
 
 
-async def offline_stack() -> Stack:
+async def offline_stack(vad_silence: float | None = None) -> Stack:
     """The offline voice stack with its shipped defaults, loaded ahead of time."""
     from rejoinder.providers.local import PiperTTS, SileroVAD, WhisperSTT
 
     stt, tts = WhisperSTT(), PiperTTS()
     await stt.load()
     await tts.load()
-    return Stack(SileroVAD(), stt, tts)
+    vad = SileroVAD() if vad_silence is None else SileroVAD(min_silence_duration=vad_silence)
+    return Stack(vad, stt, tts)
+
+
+def add_what_if_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("what if (instead of the shipped defaults)")
+    group.add_argument("--vad-silence", type=float, help="SileroVAD min_silence_duration")
+    group.add_argument("--min-endpointing-delay", type=float)
+
+
+def what_if(args: argparse.Namespace) -> dict[str, Any]:
+    """Session options (and ``vad_silence``) that replace the shipped defaults."""
+    out: dict[str, Any] = {}
+    if args.vad_silence is not None:
+        out["vad_silence"] = args.vad_silence
+    if args.min_endpointing_delay is not None:
+        out["min_endpointing_delay"] = args.min_endpointing_delay
+    return out
 
 
 # --------------------------------------------------------------------- figures
@@ -315,7 +337,8 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 def summary(turns: Sequence[Turn], final: str) -> dict[str, object]:
-    """Median and p90 (ms) of every step, word error, recognitions per turn."""
+    """Median and p90 (ms) of every step, word error (of everything transcribed while
+    the request was handled), recognitions per turn."""
     steps: dict[str, list[float]] = {}
     for turn in turns:
         for name, seconds in turn.breakdown().items():
@@ -344,5 +367,6 @@ def summary(turns: Sequence[Turn], final: str) -> dict[str, object]:
         },
         "recognitions_per_turn": round(sum(len(t.recognitions) for t in turns) / len(turns), 2),
         "word_error_rate": round(sum(e for e, _ in errors) / sum(n for _, n in errors), 4),
+        "requests_split_into_several_turns": sum(t.replies > 1 for t in turns),
         "transcripts": [t.transcript for t in turns],
     }

@@ -24,7 +24,9 @@ import argparse
 import asyncio
 import gc
 import json
+import sys
 import time
+from typing import Any
 
 import rejoinder as rj
 from _fakes import (
@@ -87,7 +89,7 @@ async def bench(turns: int, warmup: int, audio: bool) -> dict[str, object]:
     }
 
 
-async def bench_voice(turns: int, warmup: int) -> dict[str, object]:
+async def bench_voice(turns: int, warmup: int, overrides: dict[str, Any]) -> dict[str, object]:
     from _voice import (
         InstantOutput,
         PacedMic,
@@ -100,7 +102,7 @@ async def bench_voice(turns: int, warmup: int) -> dict[str, object]:
     )
 
     spoken = await clips()
-    stack = await offline_stack()
+    stack = await offline_stack(overrides.pop("vad_silence", None))
     probe = Probe()
     mic = PacedMic()
     session: rj.AgentSession[None] = rj.AgentSession(
@@ -109,6 +111,7 @@ async def bench_voice(turns: int, warmup: int) -> dict[str, object]:
         stt=TimedSTT(stack.stt, probe),
         tts=TimedTTS(stack.tts, probe),
         user_away_timeout=None,
+        **overrides,
     )
     session.input.audio = mic
     session.output.audio = InstantOutput(probe, stack.tts.sample_rate)
@@ -138,12 +141,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--audio", action="store_true", help="speak through a TTS")
     parser.add_argument("--voice", action="store_true", help="the user speaks (offline stack)")
+    if "--voice" in sys.argv:
+        from _voice import add_what_if_options
+
+        add_what_if_options(parser)
     args = parser.parse_args()
     gc.collect()
     if args.voice:
         turns = args.turns if args.turns != 300 else len(__import__("_voice").REQUESTS)
         warmup = args.warmup if args.warmup != 30 else 2
-        result = asyncio.run(bench_voice(turns, warmup))
+        from _voice import what_if
+
+        result = asyncio.run(bench_voice(turns, warmup, what_if(args)))
     else:
         result = asyncio.run(bench(args.turns, args.warmup, args.audio))
     print(json.dumps(result, separators=(",", ":")))

@@ -22,6 +22,7 @@ import pytest
 from rejoinder.models.audio import AudioFrame
 from rejoinder.models.audio_utils import resample
 from rejoinder.models.stt import STTError
+from rejoinder.providers.local import whisper
 from rejoinder.providers.local.whisper import WhisperSTT
 
 pytest.importorskip("faster_whisper", reason="needs the offline stack: rejoinder[local]")
@@ -82,6 +83,37 @@ async def test_silence_and_no_audio_give_an_empty_transcript(stt: WhisperSTT) ->
     assert await recognize(stt, silence) == ""
     hiss = np.random.default_rng(1).normal(0, 30, 16000).astype(np.int16)  # -60 dBFS noise
     assert len(words(await recognize(stt, [AudioFrame(hiss, 16000)]))) <= 1
+
+
+async def test_the_short_window_hears_what_the_full_window_hears(stt: WhisperSTT) -> None:
+    frames = await sentence_audio()
+    full = WhisperSTT(min_window=30.0)  # faster-whisper's own 30 s window, as before
+    short_text, full_text = await recognize(stt, frames), await recognize(full, frames)
+    await full.aclose()
+    assert set(words(short_text)) >= KEY_WORDS, short_text
+    assert len(set(words(short_text)) ^ set(words(full_text))) <= 1, (short_text, full_text)
+
+
+async def test_a_short_window_result_that_looks_degenerate_is_decoded_again(
+    stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames = await sentence_audio()
+    # A budget of one token: every short-window decode "runs to the budget", as a
+    # repetition loop would, so the full window decodes the utterance instead.
+    monkeypatch.setattr(whisper, "_MIN_TOKENS", 1)
+    monkeypatch.setattr(whisper, "_TOKENS_PER_SECOND", 0)
+    calls: list[int] = []
+    full = stt._transcribe
+    monkeypatch.setattr(stt, "_transcribe", lambda *a: calls.append(1) or full(*a))
+    text = await recognize(stt, frames)
+    assert calls == [1]
+    assert set(words(text)) >= KEY_WORDS, text
+
+
+def test_min_window_is_between_1_and_30_seconds() -> None:
+    for bad in (0.5, 31.0):
+        with pytest.raises(ValueError, match="min_window"):
+            WhisperSTT(min_window=bad)
 
 
 async def test_loading_sets_hf_hub_offline_only_while_loading(
