@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
 
@@ -28,6 +30,7 @@ import rejoinder as rj
 from rejoinder.io import Connection
 from rejoinder.io.protocol import AgentStateMessage, Clear, ErrorMessage, Ready, TranscriptMessage
 from rejoinder.io.webrtc import WebRTCOptions, WebRTCServer, add_webrtc_routes
+from rejoinder.io.webrtc._ice import offering
 from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
 
 from ._webrtc_client import RATE, WebRTCClient
@@ -301,6 +304,86 @@ async def test_an_offer_without_a_data_channel_or_audio_is_refused(serve: Any) -
             await pc.close()
             assert ("data channel" if make == "audio only" else "audio") in error
     assert served.webrtc.peers == 0
+
+
+async def test_video_and_extra_audio_sections_are_answered_inactive(serve: Any) -> None:
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    served = await serve(scripted([], []))
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    for kind in ("audio", "video", "audio"):
+        pc.addTransceiver(kind)
+    pc.createDataChannel("rejoinder")
+    await pc.setLocalDescription(await pc.createOffer())
+    offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+    async with aiohttp.ClientSession() as http, http.post(served.url, json=offer) as resp:
+        assert resp.status == 200
+        answer = (await resp.json())["sdp"]
+    sections = answer.split("m=")[1:]
+    directions = [
+        (section.split()[0], next(a for a in ("sendrecv", "inactive") if f"a={a}" in section))
+        for section in sections
+        if not section.startswith("application")
+    ]
+    assert directions == [("audio", "sendrecv"), ("video", "inactive"), ("audio", "inactive")]
+    await pc.close()
+    await served.webrtc.aclose()
+
+
+_OFFER: list[str] = []
+
+
+async def _valid_offer_lines() -> list[str]:
+    if not _OFFER:
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTransceiver("audio")
+        pc.createDataChannel("rejoinder")
+        with offering(["127.0.0.1"]):
+            await pc.setLocalDescription(await pc.createOffer())
+        _OFFER.extend(pc.localDescription.sdp.splitlines())
+        await pc.close()
+    return list(_OFFER)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=200),
+            st.sampled_from(["drop", "repeat", "garble", "cut"]),
+            st.text(max_size=12),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+async def test_junk_offers_get_a_400_never_a_crash(edits: list[tuple[int, str, str]]) -> None:
+    """A valid offer with lines dropped, repeated, garbled or cut: answered, or refused with
+    an ``OfferError`` (HTTP 400); never another exception."""
+    from rejoinder.io.webrtc.peer import OfferError, WebRTCPeer
+
+    lines = await _valid_offer_lines()
+    for index, edit, junk in edits:
+        at = index % len(lines)
+        if edit == "drop":
+            del lines[at]
+        elif edit == "repeat":
+            lines.insert(at, lines[at])
+        elif edit == "garble":
+            lines[at] = lines[at][:2] + junk
+        else:
+            lines[at] = lines[at][: len(junk)]
+        if not lines:
+            lines = ["v=0"]
+    peer = WebRTCPeer(WebRTCOptions(host_addresses=["127.0.0.1"], gather_timeout=2.0))
+    try:
+        await peer.answer("\r\n".join(lines) + "\r\n")
+    except OfferError:
+        pass
+    finally:
+        await peer.close()
 
 
 async def test_no_ice_server_is_used_unless_configured() -> None:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..connection import Connection, Entrypoint, PushAudioInput
 from ..playback import ReportedPlayback
@@ -96,17 +96,32 @@ class WebRTCPeer:
     # ---------------------------------------------------------- signalling
 
     async def answer(self, sdp: str) -> str:
-        """The SDP answer to the client's offer (raises ``OfferError``, ``TimeoutError``)."""
+        """The SDP answer to the client's offer (raises ``OfferError``, ``TimeoutError``).
+
+        aiortc accepts some malformed offers it then fails to answer (a BUNDLE group that
+        names no section, a section without a direction): whatever it raises while
+        answering is the offer's fault, an ``OfferError``."""
         try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
-        except ValueError as exc:  # aiortc's SDP parser and its checks raise ValueError
-            raise OfferError(f"the offer cannot be used: {exc}") from None
+            return await self._answer(sdp)
+        except (OfferError, TimeoutError):
+            raise
+        except Exception as exc:
+            logger.info("an offer from %s cannot be answered: %r", self.remote, exc)
+            raise OfferError(f"the offer cannot be used: {type(exc).__name__}: {exc}") from None
+
+    async def _answer(self, sdp: str) -> str:
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
             raise OfferError("the offer has no audio section (add an audio transceiver)")
         if self.pc.sctp is None:
             raise OfferError("the offer has no data channel (create one before the offer)")
-        self.pc.addTrack(self.track)
+        sender = self.pc.addTrack(self.track)
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.sender is not sender:
+                # Video, or a second audio section: answered inactive, so nothing of it is
+                # received, decoded or sent.
+                transceiver.direction = "inactive"
         answer = await self.pc.createAnswer()
         with offering(self.options.host_addresses):
             try:
@@ -208,10 +223,31 @@ class WebRTCPeer:
             task.cancel()
         try:
             await self.pc.close()
-        except Exception:  # closing must finish whatever state aiortc is in
-            logger.exception("closing the peer connection of %s failed", self.remote)
+        except Exception as exc:  # an offer aiortc half-accepted can leave it inconsistent
+            logger.warning(
+                "closing the peer connection of %s failed (%r); stopping its transports",
+                self.remote,
+                exc,
+            )
+            await self._stop_transports()
         if tasks:
             await asyncio.wait(tasks)
+
+    async def _stop_transports(self) -> None:
+        """What ``RTCPeerConnection.close`` does, one transport at a time, past failures."""
+        stops: list[Callable[[], Awaitable[None]]] = []
+        dtls: list[Any] = [self.pc.sctp.transport if self.pc.sctp is not None else None]
+        for transceiver in self.pc.getTransceivers():
+            stops.append(transceiver.stop)
+            dtls.append(transceiver.receiver.transport)
+        for transport in dtls:
+            if transport is not None:
+                stops.append(transport.stop)
+                if transport.transport is not None:
+                    stops.append(transport.transport.stop)
+        for stop in stops:
+            with contextlib.suppress(Exception):
+                await stop()
 
     async def _until_ready(self) -> RTCDataChannel:
         options = self.options
