@@ -44,6 +44,9 @@ logger = logging.getLogger("rejoinder.io.webrtc")
 
 T = TypeVar("T")
 
+CLOSE_GRACE = 5.0
+"""Seconds each closing step may take (aiortc's close, a cancelled task) before we go on."""
+
 
 Runner = Callable[[Entrypoint, Connection], Awaitable[None]]
 """How the entry point is called (a host may count live sessions; as for WebSocket)."""
@@ -204,9 +207,9 @@ class WebRTCPeer:
             gone.cancel()
             if not entry.done():
                 entry.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await entry
-        entry.result()  # the entry point's failure is the runner's to see
+                await asyncio.wait((entry,), timeout=CLOSE_GRACE)
+        if entry.done() and not entry.cancelled():
+            entry.result()  # the entry point's failure is the runner's to see
 
     async def close(self) -> None:
         """Close the peer connection and stop every task of this peer (idempotent)."""
@@ -222,7 +225,7 @@ class WebRTCPeer:
         for task in tasks:
             task.cancel()
         try:
-            await self.pc.close()
+            await asyncio.wait_for(self.pc.close(), CLOSE_GRACE)
         except Exception as exc:  # an offer aiortc half-accepted can leave it inconsistent
             logger.warning(
                 "closing the peer connection of %s failed (%r); stopping its transports",
@@ -231,7 +234,7 @@ class WebRTCPeer:
             )
             await self._stop_transports()
         if tasks:
-            await asyncio.wait(tasks)
+            await asyncio.wait(tasks, timeout=CLOSE_GRACE)
 
     async def _stop_transports(self) -> None:
         """What ``RTCPeerConnection.close`` does, one transport at a time, past failures."""
@@ -247,7 +250,7 @@ class WebRTCPeer:
                     stops.append(transport.transport.stop)
         for stop in stops:
             with contextlib.suppress(Exception):
-                await stop()
+                await asyncio.wait_for(stop(), CLOSE_GRACE)
 
     async def _until_ready(self) -> RTCDataChannel:
         options = self.options
