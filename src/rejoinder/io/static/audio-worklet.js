@@ -145,7 +145,8 @@ class PlayerProcessor extends AudioWorkletProcessor {
   report(cleared) {
     this.reported = this.heard;
     this.lastReport = currentFrame;
-    this.port.postMessage(cleared ? { played: this.heard, cleared: true } : { played: this.heard });
+    const playing = this.playing || this.heard !== this.played;
+    this.port.postMessage(cleared ? { played: this.heard, cleared: true } : { played: this.heard, playing });
   }
 
   process(_inputs, outputs) {
