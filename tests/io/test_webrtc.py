@@ -386,6 +386,35 @@ async def test_junk_offers_get_a_400_never_a_crash(edits: list[tuple[int, str, s
         await peer.close()
 
 
+async def test_played_reports_count_the_packets_the_client_reported_lost() -> None:
+    """A lost packet is 20 ms of the track the client never played (it does not count
+    concealment) though the track's clock passed it: the server adds it back."""
+    from rejoinder.io.protocol import ClientMessage, Played
+    from rejoinder.io.webrtc.media import CODEC_DELAY, FRAME_SAMPLES
+    from rejoinder.io.webrtc.peer import WebRTCPeer
+
+    got: list[ClientMessage] = []
+
+    class Conn:
+        def receive(self, message: ClientMessage) -> None:
+            got.append(message)
+
+        def client_left(self) -> None:
+            pass
+
+    peer = WebRTCPeer(WebRTCOptions())
+    peer.connection = Conn()  # type: ignore[assignment]
+    peer.track.push(rj.AudioFrame(np.ones(4 * FRAME_SAMPLES, np.int16), 48000))
+    for _ in range(4):
+        peer.track.next_frame()
+    played = 2 * FRAME_SAMPLES + CODEC_DELAY
+    peer._received(Played(samples=played))
+    peer._lost_packets = 1
+    peer._received(Played(samples=played))
+    assert got == [Played(samples=2 * FRAME_SAMPLES), Played(samples=3 * FRAME_SAMPLES)]
+    await peer.close()
+
+
 async def test_no_ice_server_is_used_unless_configured() -> None:
     from rejoinder.io.webrtc.options import IceServer
     from rejoinder.io.webrtc.peer import WebRTCPeer

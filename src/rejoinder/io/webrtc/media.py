@@ -12,11 +12,13 @@ encodes the agent's audio itself and repeats one prepared packet for silence), s
 listening session encodes nothing and no frame takes a trip through aiortc's thread pool.
 
 The track also keeps the map that turns the client's ``played`` reports into playback
-truth. A WebRTC client can only count what comes out of the track, silence included (in a
-browser: the inbound stream's received samples, at 48 kHz). The track remembers at which
-track position each run of agent audio went out, and ``agent_played(position)`` answers
-how many agent samples went out before it: the count a WebSocket client would have
-reported. Samples dropped by ``clear()`` never went out, so they are never counted.
+truth. A WebRTC client can only count what comes out of the track, silence included: in a
+browser, the inbound stream's samples played from packets it received (at 48 kHz; not the
+audio it invented for gaps). The peer adds the packets the client reported lost (RTCP),
+which the track's clock passed though nobody played them; the track remembers at which
+position each run of agent audio went out, and ``agent_played(position)`` answers how
+many agent samples went out before it: the count a WebSocket client would have reported.
+Samples dropped by ``clear()`` never went out, so they are never counted.
 """
 
 from __future__ import annotations

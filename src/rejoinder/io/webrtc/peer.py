@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from ..connection import Connection, Entrypoint, PushAudioInput
@@ -25,7 +25,7 @@ from ..protocol import Clear, ClientMessage, Played, ServerMessage
 from . import _deps
 from ._ice import offering, rtc_ice_servers
 from .datachannel import ClientChannel
-from .media import TRACK_RATE, AgentTrack, forward_microphone
+from .media import FRAME_SAMPLES, TRACK_RATE, AgentTrack, forward_microphone
 from .options import WebRTCOptions
 
 _deps.require()
@@ -34,6 +34,7 @@ from aiortc import (  # noqa: E402  # after the check that names the extra
     RTCConfiguration,
     RTCDataChannel,
     RTCPeerConnection,
+    RTCRtpSender,
     RTCSessionDescription,
 )
 from aiortc.mediastreams import MediaStreamTrack  # noqa: E402
@@ -44,6 +45,8 @@ logger = logging.getLogger("rejoinder.io.webrtc")
 
 T = TypeVar("T")
 
+LOSS_POLL = 1.0
+"""Seconds between reads of the client's packet-loss count (its RTCP reports)."""
 CLOSE_GRACE = 5.0
 """Seconds each closing step may take (aiortc's close, a cancelled task) before we go on."""
 
@@ -90,6 +93,9 @@ class WebRTCPeer:
         self._connected = asyncio.Event()
         self._channel: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
         self._remote_track: MediaStreamTrack | None = None
+        self._audio_sender: RTCRtpSender | None = None
+        self._lost_packets = 0
+        """Agent-track packets the client reported lost (RTCP receiver reports)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.pc.on("connectionstatechange", self._state_changed)
@@ -119,7 +125,7 @@ class WebRTCPeer:
             raise OfferError("the offer has no audio section (add an audio transceiver)")
         if self.pc.sctp is None:
             raise OfferError("the offer has no data channel (create one before the offer)")
-        sender = self.pc.addTrack(self.track)
+        self._audio_sender = sender = self.pc.addTrack(self.track)
         for transceiver in self.pc.getTransceivers():
             if transceiver.sender is not sender:
                 # Video, or a second audio section: answered inactive, so nothing of it is
@@ -176,6 +182,8 @@ class WebRTCPeer:
                 channel, self._received, max_buffered=self.options.max_buffered_bytes
             )
             self._watch(self._wait_set(link.closed), "the data channel closed")
+            if self._audio_sender is not None:
+                self._spawn(self._count_losses(self._audio_sender))
             if self._remote_track is not None:
                 self._watch(
                     forward_microphone(
@@ -306,11 +314,23 @@ class WebRTCPeer:
         if conn is None:
             return
         if isinstance(message, Played):
-            # The client counts track samples (silence included): turn them into the
-            # agent samples that went out before. Its ``cleared`` flag is not used: the
-            # server re-bases at the clear itself (see _send_clear).
-            message = Played(samples=self.track.agent_played(message.samples))
+            # The client counts the track samples it played from packets it received
+            # (silence included): add those lost on the way, which it never played but the
+            # track's clock passed, and turn the position into the agent samples that
+            # went out before it. Its ``cleared`` flag is not used: the server re-bases
+            # at the clear itself (see _send_clear).
+            position = message.samples + self._lost_packets * FRAME_SAMPLES
+            message = Played(samples=self.track.agent_played(position))
         conn.receive(message)
+
+    async def _count_losses(self, sender: RTCRtpSender) -> None:
+        """Keep ``_lost_packets`` as the client's receiver reports give it (RTCP, about
+        once a second): each lost packet is 20 ms of the track it did not play."""
+        while True:
+            await asyncio.sleep(LOSS_POLL)
+            for stats in (await sender.getStats()).values():
+                if stats.type == "remote-inbound-rtp":
+                    self._lost_packets = max(0, int(stats.packetsLost))
 
     # --------------------------------------------------------------- events
 
@@ -341,7 +361,11 @@ class WebRTCPeer:
             await work
             self._leave(why)
 
-        task = asyncio.ensure_future(watched())
+        self._spawn(watched())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as this peer's task (cancelled when the peer closes)."""
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
