@@ -273,6 +273,7 @@ async def test_junk_on_the_data_channel_gets_error_events_and_the_session_goes_o
         (b'{"type": "answer", "sdp": "v=0"}', 400, '"type" must be "offer"'),
         (b'{"type": "offer"}', 400, '"sdp"'),
         (b'{"type": "offer", "sdp": "v=0\\r\\nnot sdp"}', 400, "no audio section"),
+        (b'{"type": "offer", "sdp": "v=0' + b"x" * 70_000 + b'"}', 413, "at most 65536 bytes"),
     ],
 )
 async def test_a_bad_offer_is_refused_with_the_reason(

@@ -90,7 +90,7 @@ class WebRTCServer:
             request.content_length > self.options.max_offer_bytes
         ):
             return _error(413, f"an offer is at most {self.options.max_offer_bytes} bytes")
-        body = await request.content.read(self.options.max_offer_bytes + 1)
+        body = await request.read()  # bounded by the application's client_max_size too
         if len(body) > self.options.max_offer_bytes:
             return _error(413, f"an offer is at most {self.options.max_offer_bytes} bytes")
         try:
