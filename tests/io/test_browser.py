@@ -328,7 +328,8 @@ async def test_typed_text_is_answered_and_errors_are_shown(
 def test_page_files_are_package_data() -> None:
     """The page and its worklet ship inside the package (no network, no build step)."""
     routes = {route.path for route in page_routes()}
-    assert routes == {"/", "/audio-worklet.js"}
+    assert routes == {"/", "/page.css", "/audio-worklet.js"}
     static = Path(__file__).parents[2] / "src" / "rejoinder" / "io" / "static"
-    page = (static / "index.html").read_text()
-    assert "http://" not in page and "https://" not in page  # nothing from the network
+    for name in ("index.html", "page.css", "audio-worklet.js"):
+        text = (static / name).read_text()
+        assert "http://" not in text and "https://" not in text  # nothing from the network

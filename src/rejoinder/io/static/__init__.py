@@ -1,9 +1,11 @@
-"""The browser page: one static HTML file and the AudioWorklet module beside it.
+"""The browser page: one static HTML file (its script inline), its styles, and the
+AudioWorklet module it loads.
 
-``page_routes()`` gives the aiohttp routes that serve them: ``GET /`` (the page) and
-``GET /audio-worklet.js`` (the processors it loads). The page talks to ``GET /ws`` and
-``POST /api/offer`` relative to its own URL, so an app that mounts these routes under a
-prefix serves a working page there too.
+``page_routes()`` gives the aiohttp routes that serve them: ``GET /`` (the page),
+``GET /page.css`` (its styles) and ``GET /audio-worklet.js`` (the processors it loads).
+The page talks to ``GET /ws`` and ``POST /api/offer`` relative to its own URL, so an app
+that mounts these routes under a prefix serves a working page there too. Nothing is
+loaded from the network: no fonts, no CDN, no build step.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ __all__ = ["PAGE_FILES", "page_routes"]
 
 PAGE_FILES = {
     "/": ("index.html", "text/html"),
+    "/page.css": ("page.css", "text/css"),
     "/audio-worklet.js": ("audio-worklet.js", "text/javascript"),
 }
 """Route path -> (file in this package, content type)."""
