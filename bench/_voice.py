@@ -311,6 +311,29 @@ def what_if(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+class LoopLag:
+    """How late a 10 ms timer fires: the longest the event loop was blocked."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.lags.append(time.perf_counter() - t - 0.01)
+
+    def stop(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+        ordered = sorted(lag * 1000 for lag in self.lags) or [0.0]
+        return {"p99": round(percentile(ordered, 99), 1), "max": round(ordered[-1], 1)}
+
+
 # --------------------------------------------------------------------- figures
 
 

@@ -92,6 +92,7 @@ async def bench(turns: int, warmup: int, audio: bool) -> dict[str, object]:
 async def bench_voice(turns: int, warmup: int, overrides: dict[str, Any]) -> dict[str, object]:
     from _voice import (
         InstantOutput,
+        LoopLag,
         PacedMic,
         Probe,
         TimedSTT,
@@ -118,6 +119,8 @@ async def bench_voice(turns: int, warmup: int, overrides: dict[str, Any]) -> dic
     probe.attach(session)
     await session.start(rj.Agent(instructions="You are a helpful assistant."))
     measured = []
+    lag = LoopLag()
+    lag.start()
     try:
         await asyncio.sleep(1.0)
         for i in range(warmup + turns):
@@ -132,7 +135,11 @@ async def bench_voice(turns: int, warmup: int, overrides: dict[str, Any]) -> dic
     finally:
         mic.close()
         await session.aclose()
-    return {"bench": "turn_latency_voice", **summary(measured, "server_audio")}
+    return {
+        "bench": "turn_latency_voice",
+        **summary(measured, "server_audio"),
+        "event_loop_lag_ms": lag.stop(),
+    }
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from _voice import (
     FRAME,
     RATE,
     Clip,
+    LoopLag,
     Probe,
     TimedSTT,
     TimedTTS,
@@ -200,6 +201,8 @@ async def bench(
     server = TestServer(create_app(entrypoint), host="127.0.0.1")
     await server.start_server()
     measured: list[Turn] = []
+    lag = LoopLag()
+    lag.start()
     try:
         async with (
             aiohttp.ClientSession() as http,
@@ -234,6 +237,7 @@ async def bench(
         "bench": "voice_latency_ws",
         "jitter_s": jitter,
         **summary(measured, "client_audio"),
+        "event_loop_lag_ms": lag.stop(),
     }
 
 

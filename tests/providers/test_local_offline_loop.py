@@ -58,7 +58,14 @@ async def test_offline_voice_loop_hears_the_user_and_answers() -> None:
     mic = MemoryAudioInput(16000)
     speaker = MemoryAudioOutput(22050)
     session: rj.AgentSession[Any] = rj.AgentSession(
-        llm=llm, vad=SileroVAD(), stt=stt, tts=tts, user_away_timeout=None
+        llm=llm,
+        # SENTENCE has a 0.39 s pause at its comma: with the default silence (0.3 s) and
+        # endpointing delay (0.4 s from the end of speech) that pause ends a turn, so
+        # "Hello?" would be answered on its own. This test is about the whole loop.
+        vad=SileroVAD(min_silence_duration=0.5),
+        stt=stt,
+        tts=tts,
+        user_away_timeout=None,
     )
     session.input.audio = mic
     session.output.audio = speaker
