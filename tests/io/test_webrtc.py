@@ -214,6 +214,19 @@ async def test_the_client_closing_tears_the_peer_down_and_leaves_no_task(serve: 
     assert [t.get_coro() for t in left if not t.done()] == []
 
 
+async def test_closing_the_data_channel_ends_the_session(serve: Any) -> None:
+    served = await serve(scripted([], []))
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        client.channel.close()
+        async with asyncio.timeout(5):
+            await served.webrtc.wait_idle()
+        assert served.ended == served.conns and served.conns[0].left
+        await client.close()
+
+
 async def test_a_peer_that_goes_silent_is_dropped_after_the_media_timeout(serve: Any) -> None:
     options = WebRTCOptions(host_addresses=["127.0.0.1"], media_idle_timeout=0.5)
     served = await serve(scripted([], []), options)
