@@ -10,13 +10,15 @@ silence that ends the turn). Whisper pads every input to a 30 s window, so the e
 costs the same for one word as for a paragraph: on a 2-core x86 machine, tiny.en int8
 took 0.39 s for a 2-3 s sentence, 0.33 s of it in the encoder. ``WhisperSTT`` runs the
 encoder on a shorter window instead (``min_window``, 10 s by default, longer when the
-utterance needs it), which takes 0.06 s and the whole recognition 0.08 s. On 24
-synthesized requests the word error was the same (5.9 % against 5.3 % with the full
-window on clean speech, 17.1 % against 18.7 % at 5 dB SNR); windows under 10 s made
-tiny.en repeat itself. Every result of the short window is checked: when it looks
+utterance needs it), which takes 0.06 s and the whole recognition 0.08-0.14 s (median
+0.14 s against 0.41-0.44 s on the loaded machine of ``bench/whisper_window.py``). On 24
+requests spoken by Piper and 6 runs of 3 and 6 of them (7-16 s, 395 words) the word
+error was about the same as with the full window: 4.3 % against 5.3 % on clean speech,
+7.1 % against 7.6 % at 15 dB SNR, 20.5 % against 19.5 % at 5 dB. Windows under 10 s
+made tiny.en repeat itself. Every result of the short window is checked: when it looks
 degenerate (repetitive, or as many tokens as the audio could hold) the utterance is
 decoded again with faster-whisper's full 30 s window, which is also used for utterances
-longer than 30 s and for language detection.
+of 29 s or more and for language detection (``bench/whisper_window.py`` compares both).
 
 Loading the model took 0.4-1.4 s. Both run in a worker thread, never on the event loop
 (CTranslate2 releases the GIL: the loop saw pauses of at most 2.5 ms during a
