@@ -119,6 +119,11 @@ class WebRTCPeer:
             raise OfferError(f"the offer cannot be used: {type(exc).__name__}: {exc}") from None
 
     async def _answer(self, sdp: str) -> str:
+        if "a=candidate:" not in sdp:
+            raise OfferError(
+                "the offer carries no ICE candidate: gather them before sending it (there is "
+                "no trickle ICE here); a client on a loopback-only host offers none"
+            )
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
         if not audio:
