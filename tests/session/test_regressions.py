@@ -90,9 +90,7 @@ async def test_two_quick_update_agent_calls_leave_one_activity(make_session: Mak
     # Every agent that entered, other than the current one, must have exited.
     assert entered - {"C"} <= exited, log
     activities = [
-        t
-        for t in asyncio.all_tasks()
-        if not t.done() and t.get_name() == "AgentActivity.run"
+        t for t in asyncio.all_tasks() if not t.done() and t.get_name() == "AgentActivity.run"
     ]
     assert len(activities) == 1, activities
 
