@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from ...models.audio import AudioFrame
 from ..connection import Connection, Entrypoint, PushAudioInput
 from ..playback import ReportedPlayback
 from ..protocol import Clear, ClientMessage, Played, ServerMessage
@@ -38,8 +39,6 @@ from aiortc import (  # noqa: E402  # after the check that names the extra
     RTCSessionDescription,
 )
 from aiortc.mediastreams import MediaStreamTrack  # noqa: E402
-
-from ...models.audio import AudioFrame  # noqa: E402
 
 logger = logging.getLogger("rejoinder.io.webrtc")
 
