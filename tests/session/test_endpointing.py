@@ -153,3 +153,27 @@ async def test_a_new_utterance_after_the_turn_is_recognized_on_its_own() -> None
         assert 0.6 <= stt.calls[1][1] <= 1.1
         assert c.timeline.times_of("thinking")[-1] == pytest.approx(t0 + 0.5 + 0.4)
         assert c.user_turns() == ["Heard 1.10 seconds.", f"Heard {stt.calls[1][1]:.2f} seconds."]
+
+
+async def test_a_due_turn_end_waits_while_the_vad_hears_the_user_going_on() -> None:
+    """A pause a little longer than the VAD's silence, and the user goes on: speech is
+    heard again just before the delay runs out but is confirmed just after. The turn end
+    waits for the VAD's verdict instead of answering half a sentence."""
+    async with Call(ScriptedSTT(["Hello.", "How are you?"]), min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(0.36)  # the VAD ends the utterance at 1.3
+        await c.speak(1.0)  # heard from 1.38, confirmed at 1.42; the delay ran out at 1.4
+        await c.mic.push_silence(2.0)
+        assert c.user_turns() == ["Hello. How are you?"]
+        assert c.timeline.times_of("thinking") == [pytest.approx(2.36 + 0.4)]
+
+
+async def test_a_noise_after_the_pause_holds_the_turn_end_only_briefly() -> None:
+    async with Call(ScriptedSTT(["Hello."]), min_silence=0.3) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(0.38)
+        await c.mic.push(speech_frame(0.02))  # a click at 1.40: heard, never confirmed
+        await c.mic.push_silence(2.0)
+        assert c.user_turns() == ["Hello."]
+        [thinking] = c.timeline.times_of("thinking")
+        assert 1.4 <= thinking <= 1.4 + 0.3 + 1e-6

@@ -39,6 +39,12 @@ class VADStream(ABC):
     def speech_seconds(self) -> float:
         """Seconds of speech in the current utterance (not counting trailing silence)."""
 
+    @property
+    def hearing(self) -> bool:
+        """Speech-like audio is coming in that is not confirmed as speech yet (it may be
+        the user going on after a pause). Detectors that cannot tell say False."""
+        return False
+
 
 class VAD(ABC):
     @abstractmethod

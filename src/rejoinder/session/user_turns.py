@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rejoinder")
 
+_HOLD_STEP = 0.02  # how often a due turn end rechecks a VAD that is still deciding
+_MAX_HOLD = 0.3  # the longest a due turn end waits for that verdict
 _PREROLL_SECONDS = 0.5  # audio kept from before speech was confirmed (word onsets)
 _EARLY_PAUSE = 0.1  # a pause inside speech this long starts an early recognition
 _SENTENCE_FINAL = re.compile(r"[.!?…]['\")\]]*\s*$")
@@ -320,7 +322,19 @@ class UserTurns:
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
         self._cancel(self._commit_timer)
-        self._commit_timer = loop.call_at(max(at, loop.time()), self.commit)
+        self._commit_timer = loop.call_at(max(at, loop.time()), self._turn_end_due, 0.0)
+
+    def _turn_end_due(self, held: float) -> None:
+        """The endpointing delay ran out. If the VAD is hearing what may be the user
+        going on after a pause (speech not yet confirmed), wait for its verdict — a
+        confirmed start cancels this — for at most ``_MAX_HOLD``, then end the turn."""
+        self._commit_timer = None
+        if self._vad.hearing and held < _MAX_HOLD:
+            self._commit_timer = asyncio.get_running_loop().call_later(
+                _HOLD_STEP, self._turn_end_due, held + _HOLD_STEP
+            )
+            return
+        self.commit()
 
     def commit(self) -> None:
         """Close the user's turn now with what was transcribed (manual turn control)."""

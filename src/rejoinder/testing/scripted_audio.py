@@ -51,6 +51,10 @@ class _EnergyStream(VADStream):
     def speech_seconds(self) -> float:
         return self._voiced if self._speaking else 0.0
 
+    @property
+    def hearing(self) -> bool:
+        return not self._speaking and self._voiced > 0
+
     def push(self, frame: AudioFrame) -> list[VADEvent]:
         samples = frame.data.astype(np.float32)
         loud = (

@@ -196,6 +196,10 @@ class SileroStream(VADStream):
     def speech_seconds(self) -> float:
         return self._voiced * WINDOW_SECONDS if self._speaking else 0.0
 
+    @property
+    def hearing(self) -> bool:
+        return not self._speaking and self._voiced > 0
+
     def push(self, frame: AudioFrame) -> list[VADEvent]:
         events: list[VADEvent] = []
         data = self._to_16k_mono(frame)
