@@ -4,10 +4,10 @@ The server (this process) serves ``POST /api/offer`` on 127.0.0.1 with a voice s
 peer: the VAD (Silero when the local extra is installed, else the test kit's energy VAD),
 a scripted recognizer and model, and for talking a scripted TTS speaking a tone. A child
 process runs N aiortc clients: each sends a microphone track (20 ms frames of quiet noise,
-in real time), plays the agent's track and reports ``played`` every 100 ms over the data
-channel. Only the server's CPU is measured (``time.process_time`` and ``getrusage``, all
-threads: aiortc's decoder threads and onnxruntime included), over ``--seconds`` once every
-peer is connected and warmed up.
+in real time), plays the agent's track and reports ``played`` over the data channel every
+50 ms (as the page does; ``--report-ms``). Only the server's CPU is measured
+(``time.process_time`` and ``getrusage``, all threads: aiortc's decoder threads and
+onnxruntime included), over ``--seconds`` once every peer is connected and warmed up.
 
 - listening: the agent listens (its track sends the prepared silence packet);
 - talking: the agent speaks the whole time (its track encodes Opus every 20 ms).
@@ -202,7 +202,7 @@ async def run_mode(
 # ----------------------------------------------------------------- the clients
 
 
-async def clients(url: str, sessions: int, *, mic: bool, reports: bool) -> None:
+async def clients(url: str, sessions: int, *, mic: bool, report_every: float | None) -> None:
     import fractions
 
     import aiohttp
@@ -265,9 +265,9 @@ async def clients(url: str, sessions: int, *, mic: bool, reports: bool) -> None:
                     played[0] += frame.samples  # type: ignore[union-attr]
 
         async def report() -> None:
-            while True:
-                await asyncio.sleep(0.1)
-                if reports and channel.readyState == "open":
+            while report_every is not None:
+                await asyncio.sleep(report_every)
+                if channel.readyState == "open":
                     channel.send(json.dumps({"type": "played", "samples": played[0]}))
 
         tasks: list[asyncio.Task[None]] = [asyncio.create_task(report())]
@@ -306,18 +306,19 @@ def main() -> None:
     parser.add_argument("--vad", choices=("silero", "energy"), default=default_vad)
     parser.add_argument("--modes", default="listening,talking")
     parser.add_argument("--no-mic", action="store_true", help="clients send no microphone")
-    parser.add_argument("--no-reports", action="store_true", help="clients report nothing")
+    parser.add_argument(
+        "--report-ms", type=float, default=50.0, help="played reports (0: none; the page: 50)"
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        asyncio.run(
-            clients(args.client, args.sessions, mic=not args.no_mic, reports=not args.no_reports)
-        )
+        every = args.report_ms / 1000 if args.report_ms > 0 else None
+        asyncio.run(clients(args.client, args.sessions, mic=not args.no_mic, report_every=every))
         return
-    flags = [f for f, on in (("--no-mic", args.no_mic), ("--no-reports", args.no_reports)) if on]
+    flags = ["--report-ms", str(args.report_ms), *(["--no-mic"] if args.no_mic else [])]
     for mode in args.modes.split(","):
         result = asyncio.run(run_mode(mode, args.sessions, args.seconds, args.vad, flags))
-        result["client"] = {"mic": not args.no_mic, "reports": not args.no_reports}
+        result["client"] = {"mic": not args.no_mic, "report_ms": args.report_ms}
         print(json.dumps(result), flush=True)
 
 
