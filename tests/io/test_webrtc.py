@@ -181,7 +181,7 @@ async def test_barge_in_stops_the_track_and_the_history_keeps_what_was_heard(
     gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a > 0.3]
     assert len(gaps) == 1
     stopped_at, resumed_at = gaps[0]
-    assert cleared_at - 0.05 < stopped_at < cleared_at + 0.2
+    assert cleared_at - 0.2 < stopped_at < cleared_at + 0.3
     spoke_again = [t for t, s in client.states() if s == "speaking"][-1]
     assert resumed_at < spoke_again
     assert [s for _, s in client.states()][-2:] == ["speaking", "listening"]
