@@ -151,13 +151,6 @@ async def consent_later(ctx: rj.RunContext[None]) -> str:
     return f"notice given: {await Notice()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a task started by a background tool completes while the user's next turn is "
-    "queued to it: the caller is current at once (listening: its tool is in the "
-    "background, the task's queued reply no longer counts), but that reply is still "
-    "started and heard (listening -> speaking at one instant with nothing new)",
-)
 async def test_reply_queued_to_a_completing_task_is_not_spoken_after_listening(
     make_session: MakeSession,
 ) -> None:
@@ -186,13 +179,6 @@ async def test_reply_queued_to_a_completing_task_is_not_spoken_after_listening(
     assert ("listening", "speaking") not in pairs, h.timeline.describe()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="update_agent() lands after a tool entered a task, once the task's activity "
-    "was launched but before its on_enter started: the leave finds no on_enter to stop, "
-    "the on_enter starts anyway, and its say() raises RuntimeError('Notice is no longer "
-    "the current agent') into the application's hook (an error event, source on_enter)",
-)
 async def test_update_agent_racing_task_entry_leaves_the_tasks_on_enter_alone(
     make_session: MakeSession,
 ) -> None:

@@ -101,9 +101,14 @@ class AgentActivity:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                entering = self._open_entering(handed)
                 if not ready.done():
                     ready.set_result(None)
+                if self._closed:
+                    # It left before its scope even began: no on_enter, no speech.
+                    if handed is not None:
+                        self._state.close(handed, "entered")
+                    return
+                entering = self._open_entering(handed)
                 self._entering = tg.create_task(self._enter(entering))
                 await self._schedule_forever()
         finally:

@@ -137,6 +137,8 @@ class AgentStack(TaskHost):
             # queued to it, and the outgoing agents' work no longer counts; ``pending``
             # (the session's) keeps the agent thinking across the gap.
             self._make_current(incoming)
+            for activity in leaving:  # unheard speech goes now, not one leave at a time
+                activity.wind_down()
             outgoing = leaving[0].agent.id if leaving else None
             self._ctx.record(AgentHandoff(old_agent_id=outgoing, new_agent_id=agent.id))
             for frame in reversed(frames):
@@ -215,6 +217,10 @@ class AgentStack(TaskHost):
         self._make_current(frame.caller)
         for nested in reversed(inner):
             self._strand(nested, f"the task {nested.task.id} ended with its caller {task.id}")
+        # In this same step, before anything of theirs can start after the caller's
+        # state was reported: what the task agents had not yet said is dropped.
+        for ended in [*(nested.activity for nested in inner), frame.activity]:
+            ended.wind_down()
         self._ctx.spawn(self._return_to_caller(frame, inner))
 
     async def _return_to_caller(self, frame: _Frame, inner: list[_Frame]) -> None:
