@@ -195,8 +195,6 @@ class Oracle:
         self.switches: list[tuple[asyncio.Future[None], rj.Agent]] = []
         """``update_agent`` futures and their agents: a switch in progress is work for the
         user, until its agent's on_enter waits on a task (the task is current then)."""
-        self.background_tasks: list[rj.AgentTask[Any]] = []
-        """Tasks started by a background tool."""
         self.excused_pulses: list[str] = []
         """The cause of each 0 ms speaking -> listening -> thinking/speaking pulse that
         was allowed because something new happened at that same instant."""

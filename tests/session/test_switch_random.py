@@ -23,7 +23,6 @@ tool call with exactly one output.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +49,6 @@ from ._lifecycle import (
     Oracle,
     check_floor,
     check_history,
-    current_agent,
     run_on_virtual_time,
     stress_settings,
 )
@@ -58,22 +56,6 @@ from ._lifecycle import (
 DEFAULT_EXAMPLES = 3000  # CI; REJOINDER_STRESS_EXAMPLES overrides (make stress: 100,000)
 BOUND = 120.0  # virtual seconds any single awaited call may take
 SETTLE = 700.0  # virtual seconds after the last step: past every watchdog
-
-
-# A break already reproduced in test_switch_regressions (xfail there) is steered around
-# here, so that the search goes on for new ones: the guard names the test that
-# reproduces it. REJOINDER_STRESS_STRICT=1 drops the guards.
-STRICT = os.environ.get("REJOINDER_STRESS_STRICT") == "1"
-
-
-def known_break_ahead(session: rj.AgentSession[Oracle], op: tuple[Any, ...]) -> bool:
-    """Known break (``test_reply_queued_to_a_completing_task_is_not_spoken_after_listening``):
-    a turn queued to a task started by a background tool, just before that task completes,
-    is still heard after the agent reported listening. Unless strict, no turn, say() or
-    run() is sent while such a task is current."""
-    if STRICT or op[0] not in ("user", "run", "say", "enter_interrupt"):
-        return False
-    return current_agent(session) in oracle_of(session).background_tasks
 
 
 # ------------------------------------------------------------------ agents
@@ -287,9 +269,7 @@ async def bg_notice(ctx: rj.RunContext[Oracle]) -> str:
         await ctx.update("notice coming")
         await advance(0.5)
         ctx.userdata.cause("bg_notice starts a task")
-        task = NoticeTask(tools=tools())
-        ctx.userdata.background_tasks.append(task)
-        return f"notice: {await tool_task(ctx, owner, task)}"
+        return f"notice: {await tool_task(ctx, owner, NoticeTask(tools=tools()))}"
 
 
 def tools() -> list[rj.FunctionTool]:
@@ -515,19 +495,7 @@ def check_step(session: rj.AgentSession[Any], oracle: Oracle) -> None:
 
 
 def hook_crashed(error: rj.ErrorEvent) -> bool:
-    return (
-        error.source == "on_enter"
-        and not isinstance(error.error, rj.ToolError)
-        and not known_hook_failure(error)
-    )
-
-
-def known_hook_failure(error: rj.ErrorEvent) -> bool:
-    """Known break (``test_update_agent_racing_task_entry_leaves_the_tasks_on_enter_alone``):
-    a switch landing while a task's activity is launched but its on_enter has not begun
-    lets that on_enter run, and its say() raises RuntimeError. Unless strict, allowed."""
-    text = str(error.error)
-    return not STRICT and isinstance(error.error, RuntimeError) and "no longer the current" in text
+    return error.source == "on_enter" and not isinstance(error.error, rj.ToolError)
 
 
 async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
@@ -570,8 +538,6 @@ def report(session: rj.AgentSession[Oracle], oracle: Oracle) -> None:
     event("user went away" if any("-> away" in line for line in oracle.log) else "never away")
     for cause in sorted({c.split(" ")[0] for c in oracle.excused_pulses}):
         event(f"a 0 ms speaking -> listening pulse, then {cause} at that instant")
-    if any(" known: " in line for line in oracle.log):
-        event("a known-break guard fired")
     for source in sorted({e.source for e in oracle.errors}):
         event(f"error event from {source}")
 
@@ -581,9 +547,6 @@ async def play(
 ) -> None:
     """Every step, then time, then one more turn, then the close."""
     for op in ops:
-        if known_break_ahead(session, op):
-            oracle._note(f"--- {op} known: skipped while a background tool's task is current")
-            continue
         oracle._note(f"--- {op}")
         await step(session, oracle, op)
         check_step(session, oracle)

@@ -1,10 +1,10 @@
 """Minimal reproductions of failures found by the randomized switch test
 (``test_switch_random``), shrunk by hypothesis and rewritten as plain tests.
 
-A break not fixed yet is ``xfail(strict=True)`` (the suite stays green, and it turns
-into a failure, XPASS, once the fix lands: then the marker goes, and so does the guard in
-``test_switch_random`` that names the test). The others were fixed after they were found
-and stay as regression tests.
+A break not fixed yet is marked ``xfail(strict=True)`` (the suite stays green; once the
+fix lands it turns into a failure, XPASS, and the marker goes); the random test steers
+around it meanwhile, with a guard naming the test, so the search goes on. All of these
+were fixed after they were found and stay as regression tests.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import asyncio
 import gc
 import itertools
 from typing import Any
-
-import pytest
 
 import rejoinder as rj
 from rejoinder.testing import Delay, ScriptedLLM, ToolCall, advance
