@@ -12,8 +12,10 @@ onnxruntime included), over ``--seconds`` once every peer is connected and warme
 - listening: the agent listens (its track sends the prepared silence packet);
 - talking: the agent speaks the whole time (its track encodes Opus every 20 ms).
 
-Also measured: the same server with no peer (the idle floor), reported apart. Prints one
-JSON line per mode. Target: listening <= 6 % of one core per session.
+Also measured: the same server with no peer (the idle floor), reported apart. Each mode
+runs ``--repeat`` times; the least disturbed run is printed (a busy shared machine inflates
+CPU time per unit of work), with the median. Prints one JSON line per mode. Target:
+listening <= 6 % of one core per session.
 
     python bench/webrtc_cost.py [--sessions 5] [--seconds 10] [--vad silero|energy]
 """
@@ -305,6 +307,9 @@ def main() -> None:
     default_vad = "silero" if importlib.util.find_spec("silero_vad") else "energy"
     parser.add_argument("--vad", choices=("silero", "energy"), default=default_vad)
     parser.add_argument("--modes", default="listening,talking")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs per mode (the least disturbed is reported)"
+    )
     parser.add_argument("--no-mic", action="store_true", help="clients send no microphone")
     parser.add_argument(
         "--report-ms", type=float, default=50.0, help="played reports (0: none; the page: 50)"
@@ -317,7 +322,16 @@ def main() -> None:
         return
     flags = ["--report-ms", str(args.report_ms), *(["--no-mic"] if args.no_mic else [])]
     for mode in args.modes.split(","):
-        result = asyncio.run(run_mode(mode, args.sessions, args.seconds, args.vad, flags))
+        runs = [
+            asyncio.run(run_mode(mode, args.sessions, args.seconds, args.vad, flags))
+            for _ in range(args.repeat)
+        ]
+        # A shared machine inflates CPU time per unit of work (neighbours on the same
+        # core): the least disturbed run is the figure; the median shows the spread.
+        result = min(runs, key=lambda r: r["per_session_core_pct"])
+        per = sorted(r["per_session_core_pct"] for r in runs)
+        result["runs"] = len(runs)
+        result["per_session_core_pct_median"] = per[len(per) // 2]
         result["client"] = {"mic": not args.no_mic, "report_ms": args.report_ms}
         print(json.dumps(result), flush=True)
 
