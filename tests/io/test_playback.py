@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import rejoinder as rj
 from rejoinder.io.playback import ReportedPlayback
 from rejoinder.models.audio import AudioFrame, PlaybackFinished
-from rejoinder.testing import ScriptedLLM, ScriptedTTS, StateTimeline
+from rejoinder.testing import ScriptedLLM, ScriptedTTS, StateTimeline, advance
 
 RATE = 1000  # 1 sample = 1 ms: positions read as milliseconds
 
@@ -233,7 +233,7 @@ class FakeClient:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(0.05)
+            await advance(0.05)
             if self.first_audio is None or loop.time() < self.first_audio + self.delay:
                 continue
             step = min(self.queued, round(0.05 * self.rate))
@@ -292,10 +292,10 @@ async def test_an_interruption_before_the_first_sample_is_heard_clears_the_clien
     await session.start(rj.Agent(instructions="test"))
     try:
         session.generate_reply(user_input="hi")
-        await asyncio.sleep(0.3)  # the reply's audio was sent, not yet heard
+        await advance(0.3)  # the reply's audio was sent, not yet heard
         assert client.first_audio is not None and client.played == 0
         await session.interrupt()  # the user talked over it before a sample was heard
-        await asyncio.sleep(2.0)
+        await advance(2.0)
     finally:
         player.cancel()
         await session.aclose()

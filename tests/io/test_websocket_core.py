@@ -13,7 +13,7 @@ import rejoinder as rj
 from rejoinder.io.connection import PushAudioInput
 from rejoinder.io.protocol import CloseCode
 from rejoinder.io.websocket import CloseRequest, Outbox, WebSocketOptions, WebSocketPeer
-from rejoinder.testing import ScriptedLLM, ScriptedTTS
+from rejoinder.testing import ScriptedLLM, ScriptedTTS, advance
 
 
 async def written(outbox: Outbox) -> list[Any]:
@@ -123,7 +123,7 @@ async def test_audio_waits_for_room_and_a_clear_drops_it() -> None:
     outbox = Outbox(max_audio_bytes=4)
     await outbox.put_audio(b"1234")
     waiting = asyncio.create_task(outbox.put_audio(b"5678"))
-    await asyncio.sleep(1)
+    await advance(1)
     assert not waiting.done()  # backpressure: the socket has not taken the first yet
     outbox.put_text('{"type":"clear"}')
     outbox.clear_audio()  # a barge-in: neither the queued nor the waiting audio goes out
@@ -151,7 +151,7 @@ async def test_serve_sends_ready_at_the_tts_rate_and_a_state_snapshot() -> None:
         llm=ScriptedLLM([["Hi."]]), tts=ScriptedTTS(sample_rate=16000), user_away_timeout=None
     )
     serving = asyncio.create_task(conn.serve(session, rj.Agent(instructions="t")))
-    await asyncio.sleep(0.1)
+    await advance(0.1)
     conn.client_left()
     await asyncio.wait_for(serving, 10)
     items = await written(peer.outbox)
