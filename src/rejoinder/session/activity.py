@@ -24,7 +24,6 @@ from ..models import (
     ChatItem,
     ChatMessage,
     FunctionCall,
-    FunctionCallOutput,
     LLMError,
     StopResponse,
 )
@@ -33,13 +32,14 @@ from ..models.tts import TTSError
 from .agent import Agent
 from .agent_record import AgentRecord
 from .context import SessionContext
-from .delivery import Delivery, OutputError, TextDelivery
+from .delivery import Delivery, OutputError
 from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
+from .outputs import new_delivery
 from .preemptive import Preemptive, speculation_key
 from .speculation import Speculation
 from .speech import ReplyRequest, SpeechHandle
 from .speech_queue import FOLLOW_UP, NORMAL, SpeechQueue
-from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner
+from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner, final_record
 from .tools import FunctionTool
 
 HandOff = Callable[[Agent, Sequence[Obligation]], Awaitable[None]]
@@ -418,35 +418,21 @@ class AgentActivity:
     def _prepared_stream(
         self, request: ReplyRequest, tools: dict[str, FunctionTool]
     ) -> AsyncIterator[ChatChunk] | None:
-        prepared, message = request.prepared, request.user_message
-        if prepared is None or message is None:
+        if request.prepared is None or request.user_message is None:
             return None
-        items = self.agent.chat_ctx.items
-        before = items[:-1] if items and items[-1] is message else items
-        # After on_user_turn_completed: the hook may have changed the message, the
-        # context, the instructions or the tools.
-        key = speculation_key(message.content, before, self.agent.instructions, tools)
-        if request.instructions is None and prepared.key == key:
-            return prepared.replay()
-        prepared.cancel()
-        return None
+        # Checked after on_user_turn_completed: the hook may have changed the message,
+        # the context, the instructions or the tools.
+        agent = self.agent
+        return request.prepared.reuse_for(
+            request.user_message,
+            agent.chat_ctx.items,
+            agent.instructions,
+            tools,
+            extra_instructions=request.instructions,
+        )
 
     def _new_delivery(self, reply: Obligation) -> Delivery:
-        output = self._ctx.output
-        tts = self._ctx.tts
-        if output.audio is None or tts is None:
-            return TextDelivery(self._state, reply, output.transcription, self._output_failed)
-        from .audio_delivery import AudioDelivery  # numpy and soxr, only when speaking aloud
-
-        return AudioDelivery(
-            self._state,
-            reply,
-            output.transcription,
-            self._output_failed,
-            tts=tts,
-            audio_output=output.audio,
-            spawn=self._spawn,
-        )
+        return new_delivery(self._ctx, reply, self._spawn, self._output_failed)
 
     def _output_failed(self, exc: Exception) -> None:
         self._ctx.emit_error(exc, source="output", recoverable=True)
@@ -566,17 +552,8 @@ class AgentActivity:
             # is still being delivered): the final result waits to come after them.
             run.pending_final = outcome
             return
-        final_call = FunctionCall(
-            call_id=f"{run.call.call_id}_final", name=run.call.name, arguments=run.call.arguments
-        )
-        final_output = FunctionCallOutput(
-            call_id=final_call.call_id,
-            name=run.call.name,
-            output=outcome.output.output,
-            is_error=outcome.output.is_error,
-        )
-        self._commit(final_call, None)
-        self._commit(final_output, None)
+        for item in final_record(run.call, outcome):
+            self._commit(item, None)
         if outcome.handoff is not None and not self._closed:
             # Handed over in the same floor step as the tool's debt ends (no gap).
             self._hand_off(outcome.handoff, [run.obligation])

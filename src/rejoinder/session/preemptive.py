@@ -18,7 +18,7 @@ from contextlib import aclosing
 from typing import Protocol
 
 from ..floor import Obligation
-from ..models import ChatChunk, ChatItem
+from ..models import ChatChunk, ChatItem, ChatMessage
 from ..models.tools import ToolDefinition
 
 logger = logging.getLogger("rejoinder")
@@ -87,3 +87,22 @@ class Preemptive:
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+    def reuse_for(
+        self,
+        message: ChatMessage,
+        items: Sequence[ChatItem],
+        instructions: str,
+        tools: Mapping[str, OfferedTool],
+        *,
+        extra_instructions: str | None,
+    ) -> AsyncIterator[ChatChunk] | None:
+        """Its stream, for the reply to ``message`` given the agent's context ``items``
+        and ``instructions``, if everything it saw is still what that reply would see;
+        otherwise it is cancelled (``None``: generate anew)."""
+        before = items[:-1] if items and items[-1] is message else items
+        key = speculation_key(message.content, before, instructions, tools)
+        if extra_instructions is None and key == self.key:
+            return self.replay()
+        self.cancel()
+        return None

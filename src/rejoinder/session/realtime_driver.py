@@ -48,7 +48,7 @@ from .realtime_playout import Burst, RealtimePlayout
 from .realtime_record import RealtimeRecord
 from .run_context import RunContext
 from .speech import SpeechHandle
-from .tool_runner import ToolOutcome, _output, invoke_tool
+from .tool_runner import ToolOutcome, _output, final_record, invoke_tool
 from .tools import FunctionTool
 
 if TYPE_CHECKING:
@@ -370,17 +370,8 @@ class RealtimeDriver:
     def _final_result(self, call: FunctionCall, outcome: ToolOutcome) -> None:
         """A released tool returned: on record like a pipeline's (a second call/output
         pair), told to the provider as context, and spoken when a reply is required."""
-        final_call = FunctionCall(
-            call_id=f"{call.call_id}_final", name=call.name, arguments=call.arguments
-        )
-        final_output = FunctionCallOutput(
-            call_id=final_call.call_id,
-            name=call.name,
-            output=outcome.output.output,
-            is_error=outcome.output.is_error,
-        )
-        self._record(final_call)
-        self._record(final_output)
+        for item in final_record(call, outcome):
+            self._record(item)
         self._rt.add_context(f"Result of {call.name}: {outcome.output.output}")
         if outcome.reply_required and outcome.handoff is None:
             self.generate_reply(f"Tell the user the result of {call.name}.", None)

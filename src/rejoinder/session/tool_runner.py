@@ -152,6 +152,25 @@ async def invoke_tool(
         )
 
 
+def final_record(
+    call: FunctionCall, outcome: ToolOutcome
+) -> list[FunctionCall | FunctionCallOutput]:
+    """How a released call's final result goes on record: a second call/output pair
+    (``<call_id>_final``), after the interim one the model already saw."""
+    final_call = FunctionCall(
+        call_id=f"{call.call_id}_final", name=call.name, arguments=call.arguments
+    )
+    return [
+        final_call,
+        FunctionCallOutput(
+            call_id=final_call.call_id,
+            name=call.name,
+            output=outcome.output.output,
+            is_error=outcome.output.is_error,
+        ),
+    ]
+
+
 def _output(call: FunctionCall, text: str, *, error: bool = False) -> FunctionCallOutput:
     return FunctionCallOutput(call_id=call.call_id, name=call.name, output=text, is_error=error)
 
