@@ -157,7 +157,7 @@ async def run_mode(
     )
     try:
         assert child.stdout is not None
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(120):
             await all_started.wait()
             line = await child.stdout.readline()
             assert line.strip() == b"connected", line
@@ -289,7 +289,7 @@ async def clients(url: str, sessions: int, *, mic: bool, report_every: float | N
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     async with aiohttp.ClientSession() as http:
         peers = [await one(http) for _ in range(sessions)]
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(90):
             for _, ready in peers:
                 await ready.wait()
         print("connected", flush=True)

@@ -54,6 +54,8 @@ class MicTrack(MediaStreamTrack):
         self.spoken_until = 0.0
         """Loop time at which the queued speech will have gone out."""
         self._stalled = asyncio.Event()
+        self.first_speech_at: float | None = None
+        """Loop time the first queued frame went out."""
 
     def say(self, pcm48: np.ndarray[Any, Any]) -> None:
         """Queue 48 kHz mono int16 samples (whole frames; the tail is padded)."""
@@ -79,6 +81,8 @@ class MicTrack(MediaStreamTrack):
         due = self._start + self._frames * FRAME / RATE
         if due > loop.time():
             await asyncio.sleep(due - loop.time())
+        if self._queue and self.first_speech_at is None:
+            self.first_speech_at = loop.time()
         pcm = self._queue.popleft() if self._queue else np.zeros(FRAME, np.int16)
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = RATE

@@ -28,7 +28,14 @@ pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
 
 import rejoinder as rj
 from rejoinder.io import Connection
-from rejoinder.io.protocol import AgentStateMessage, Clear, ErrorMessage, Ready, TranscriptMessage
+from rejoinder.io.protocol import (
+    AgentStateMessage,
+    Clear,
+    ErrorMessage,
+    Ready,
+    TranscriptMessage,
+    UserStateMessage,
+)
 from rejoinder.io.webrtc import WebRTCOptions, WebRTCServer, add_webrtc_routes
 from rejoinder.io.webrtc._ice import offering
 from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
@@ -127,6 +134,13 @@ async def test_a_spoken_turn_is_answered_and_speaking_follows_the_played_reports
         await client.close()
 
     assert served.conns[0].transport == "webrtc"
+    # the user's speech reached the VAD promptly (the receive buffer holds one packet, not
+    # aiortc's four): 60 ms of speech to detect, 20 ms of buffer, soxr, the network
+    assert client.mic.first_speech_at is not None
+    user_at = next(
+        t for t, m in client.messages if isinstance(m, UserStateMessage) and m.state == "speaking"
+    )
+    assert user_at - client.mic.first_speech_at < 0.4
     states = [s for _, s in client.states()]
     assert states == ["initializing", "listening", "thinking", "speaking", "listening"]
     thinking_at, speaking_at, done_at = (t for t, _ in client.states()[2:])
@@ -259,6 +273,22 @@ async def test_an_answer_never_used_is_given_up_after_the_connect_timeout(serve:
         await served.webrtc.wait_idle()
     assert served.conns == []  # the entry point never ran
     await pc.close()
+
+
+async def test_the_microphone_is_decoded_one_packet_behind(serve: Any) -> None:
+    """aiortc holds four audio packets (80 ms) back before decoding one; the transport
+    shortens that to one for the microphone (the session reads it as it comes)."""
+    from rejoinder.io.webrtc.media import MIC_PREFETCH
+
+    served = await serve(scripted([], []))
+    async with aiohttp.ClientSession() as http:
+        client = WebRTCClient(served.url)
+        await client.connect(http)
+        await client.wait_for(lambda m: isinstance(m, Ready), 5)
+        (peer,) = served.webrtc._peers
+        (receiver,) = [r for r in peer.pc.getReceivers() if r.track is not None]
+        assert receiver._RTCRtpReceiver__jitter_buffer._prefetch == MIC_PREFETCH == 1
+        await client.close()
 
 
 async def test_junk_on_the_data_channel_gets_error_events_and_the_session_goes_on(

@@ -38,6 +38,7 @@ from . import _deps
 _deps.require()
 
 import av  # noqa: E402  # after the check that names the extra to install
+from aiortc import RTCRtpReceiver  # noqa: E402
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack  # noqa: E402
 
 TRACK_RATE = 48000
@@ -107,6 +108,23 @@ def _mono(frame: av.AudioFrame) -> PCM16:
     mixed = data.reshape(-1, channels).sum(axis=1, dtype=np.int32) // channels
     out: PCM16 = mixed.astype(np.int16)
     return out
+
+
+MIC_PREFETCH = 1
+"""Packets aiortc's receive buffer holds back before decoding a microphone packet. aiortc
+uses 4 for audio (80 ms), as if the result were played on a clock; the session reads the
+microphone as it comes, so the buffer only needs to put packets in order: one packet
+(20 ms) does, and the user's speech reaches the VAD 60 ms sooner."""
+
+
+def shorten_receive_buffer(receiver: RTCRtpReceiver) -> bool:
+    """Set aiortc's audio reorder buffer to ``MIC_PREFETCH`` (False: this aiortc has no such
+    buffer where 1.16 keeps it, and nothing was changed)."""
+    buffer = getattr(receiver, "_RTCRtpReceiver__jitter_buffer", None)
+    if buffer is None or not isinstance(getattr(buffer, "_prefetch", None), int):
+        return False
+    buffer._prefetch = MIC_PREFETCH
+    return True
 
 
 async def forward_microphone(

@@ -26,7 +26,13 @@ from ..protocol import Clear, ClientMessage, Played, ServerMessage
 from . import _deps
 from ._ice import offering, rtc_ice_servers
 from .datachannel import ClientChannel
-from .media import FRAME_SAMPLES, TRACK_RATE, AgentTrack, forward_microphone
+from .media import (
+    FRAME_SAMPLES,
+    TRACK_RATE,
+    AgentTrack,
+    forward_microphone,
+    shorten_receive_buffer,
+)
 from .options import WebRTCOptions
 
 _deps.require()
@@ -348,6 +354,9 @@ class WebRTCPeer:
     def _track_received(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio" and self._remote_track is None:
             self._remote_track = track
+            for receiver in self.pc.getReceivers():
+                if receiver.track is track and not shorten_receive_buffer(receiver):
+                    logger.warning("aiortc's receive buffer was not found; the mic is 60 ms late")
 
     def _channel_opened(self, channel: RTCDataChannel) -> None:
         if not self._channel.done():
