@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/vad_cpu.py
 	$(BIN)/python bench/realtime_cpu.py
 	$(BIN)/python bench/webrtc_cost.py
+	$(BIN)/python bench/ws_cost.py
 
 # The randomized lifecycle tests, 100,000 sequences each (CI runs 3,000 and 500): the
 # same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. No
