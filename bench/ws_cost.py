@@ -21,6 +21,7 @@ client process's CPU for reference. Target: listening <= 1.5 % of one core per s
 
     python bench/ws_cost.py [--sessions 1,5,10,20] [--seconds 15] [--modes listening,talking]
     python bench/ws_cost.py --vad energy   # the test kit's energy VAD: the cost without Silero
+    python bench/ws_cost.py --bare         # the floor: a bare aiohttp server receiving frames
     REJOINDER_BENCH_PROFILE=/tmp/ws.prof python bench/ws_cost.py --sessions 10 --modes listening
 
 Everything is bounded (connection, every wait, the whole run); only 127.0.0.1 is used.
@@ -77,7 +78,7 @@ def free_port() -> int:
 class Server:
     """``rejoinder serve`` in a child process, stopped with SIGTERM (killed if it hangs)."""
 
-    def __init__(self, max_sessions: int, vad: str) -> None:
+    def __init__(self, max_sessions: int, vad: str, *, bare: bool = False) -> None:
         self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
             "w+", prefix="ws_cost_server_", suffix=".log", delete=False
@@ -85,6 +86,13 @@ class Server:
         exe = Path(sys.executable).parent / "rejoinder"
         command = [str(exe), "serve", str(AGENT), "--port", str(self.port)]
         command += ["--max-sessions", str(max_sessions), "--drain-timeout", "2"]
+        if bare:
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--bare-server",
+                str(self.port),
+            ]
         env = {**os.environ, "REJOINDER_BENCH_VAD": vad}
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.base = f"127.0.0.1:{self.port}"
@@ -121,7 +129,10 @@ class Server:
         default executor's threads)."""
         pid = self.proc.pid
         user, system = proc_cpu(f"/proc/{pid}/stat")
-        return user + system, system, sum(proc_cpu(f"/proc/{pid}/task/{pid}/stat"))
+        # The scheduler's own count for the thread, in ns (not sampled on ticks).
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            loop = int(f.read().split()[0]) / 1e9
+        return user + system, system, loop
 
     def tail(self, chars: int = 2000) -> str:
         self.log.flush()
@@ -138,6 +149,45 @@ class Server:
         self.log.close()
         with contextlib.suppress(OSError):
             os.unlink(self.log.name)
+
+
+def bare_server(port: int) -> None:
+    """The floor (``--bare``): aiohttp alone, no rejoinder. ``/ws`` answers ``start`` with
+    ``ready`` and hands each binary frame, as int16 samples, through a queue to a task
+    that drops it (the hops ``PushAudioInput`` makes); ``/healthz`` counts the sockets."""
+    from aiohttp import web
+
+    live = [0]
+
+    async def ws(request: web.Request) -> web.StreamResponse:
+        sock = web.WebSocketResponse(heartbeat=15.0, max_msg_size=256 * 1024)
+        await sock.prepare(request)
+        queue: asyncio.Queue[np.ndarray] = asyncio.Queue()
+
+        async def consume() -> None:
+            while True:
+                await queue.get()
+
+        task = asyncio.create_task(consume())
+        live[0] += 1
+        try:
+            async for msg in sock:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    queue.put_nowait(np.frombuffer(msg.data, "<i2").astype(np.int16))
+                elif msg.type == aiohttp.WSMsgType.TEXT and '"start"' in msg.data:
+                    await sock.send_str('{"type":"ready","sample_rate":24000,"protocol":1}')
+        finally:
+            live[0] -= 1
+            task.cancel()
+        return sock
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "sessions": live[0]})
+
+    app = web.Application()
+    app.router.add_get("/ws", ws)
+    app.router.add_get("/healthz", health)
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
 
 
 # ------------------------------------------------------------------ the clients
@@ -365,7 +415,7 @@ async def run(
         "bench": "ws_cost",
         "mode": mode,
         "sessions": sessions,
-        "vad": args.vad,
+        "vad": "none: bare aiohttp" if args.bare else args.vad,
         "mic_frame_ms": args.frame_ms,
         "seconds": round(wall, 2),
         "load_1m": round(load, 2),
@@ -411,7 +461,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     counts = [int(n) for n in args.sessions.split(",")]
     modes = args.modes.split(",")
     speech = await speech_clips() if "talking" in modes else []
-    server = Server(max(counts) + 1, args.vad)
+    server = Server(max(counts) + 1, args.vad, bare=args.bare)
     results: list[dict[str, Any]] = []
     try:
         await server.wait_up()
@@ -435,9 +485,18 @@ def main() -> None:
     parser.add_argument(
         "--vad", choices=("silero", "energy"), default="silero", help="energy: without Silero"
     )
+    parser.add_argument(
+        "--bare", action="store_true", help="the floor: a bare aiohttp server, listening only"
+    )
+    parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--frame-ms", type=float, default=20.0, help="microphone frame length")
     parser.add_argument("--pause", type=float, default=0.5, help="talking: s between turns")
     args = parser.parse_args()
+    if args.bare_server:
+        bare_server(args.bare_server)
+        return
+    if args.bare:
+        args.modes = "listening"
     budget = len(args.modes.split(",")) * len(args.sessions.split(","))
     budget *= args.seconds + args.warmup + args.idle + 40
     results = asyncio.run(asyncio.wait_for(bench(args), budget + 60))
