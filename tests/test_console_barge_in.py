@@ -7,7 +7,6 @@ clean line per thing said.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import itertools
 import re
@@ -197,7 +196,7 @@ class WithSlowTool(Watched):
         Args:
             what: the thing to look up
         """
-        await asyncio.sleep(5.0)
+        await advance(5.0)
         return f"found {what}"
 
 

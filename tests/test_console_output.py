@@ -14,6 +14,7 @@ import pytest
 
 from rejoinder.cli import EXIT_OUTPUT_CLOSED, build_parser, main, run_console
 from rejoinder.console import Console, ReplyOutput
+from rejoinder.testing import advance
 
 DEMO_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "demo_script.txt"
 
@@ -75,9 +76,9 @@ async def test_output_closed_during_a_reply_stops_the_session_cleanly() -> None:
 async def test_output_closed_while_the_user_types_ends_the_run() -> None:
     async def typed() -> AsyncIterator[str]:
         yield "hello\n"
-        await asyncio.sleep(0.1)
+        await advance(0.1)
         yield "help\n"
-        await asyncio.sleep(100.0)
+        await advance(100.0)
         yield "weather\n"
 
     loop = asyncio.get_running_loop()
