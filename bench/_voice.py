@@ -17,7 +17,7 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,23 +122,30 @@ class PacedMic(AudioInput):
 
     async def __aiter__(self) -> AsyncIterator[AudioFrame]:
         silence = np.zeros(FRAME, np.int16)
-        t0 = time.perf_counter()
-        k = 0
         clip_start: float | None = None
-        while not self._closed:
-            k += 1
-            delay = t0 + k * FRAME / RATE - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for captured in paced_frames(lambda: self._closed):
             if self._queue:
                 if clip_start is None:
-                    clip_start = t0 + (k - 1) * FRAME / RATE  # capture time of sample 0
+                    clip_start = captured  # capture time of the clip's sample 0
                 yield AudioFrame(self._queue.pop(0), RATE)
                 if not self._queue and self._done is not None:
                     self._done.set_result(clip_start + self._speech_end_sample / RATE)
                     clip_start = None
             else:
                 yield AudioFrame(silence, RATE)
+
+
+async def paced_frames(closed: Callable[[], bool]) -> AsyncIterator[float]:
+    """One tick per microphone frame, in real time, until ``closed()``: yields when each
+    frame is due, with the time its first sample was captured."""
+    t0 = time.perf_counter()
+    k = 0
+    while not closed():
+        k += 1
+        delay = t0 + k * FRAME / RATE - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield t0 + (k - 1) * FRAME / RATE
 
 
 # ------------------------------------------------------------------------- probe

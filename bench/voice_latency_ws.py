@@ -46,6 +46,7 @@ from _voice import (
     add_what_if_options,
     clips,
     offline_stack,
+    paced_frames,
     summary,
     what_if,
 )
@@ -84,17 +85,11 @@ class Client:
 
     async def microphone(self) -> None:
         silence = np.zeros(FRAME, np.int16).tobytes()
-        t0 = time.perf_counter()
-        k = 0
         clip_start: float | None = None
-        while not self._closed:
-            k += 1
-            delay = t0 + k * FRAME / RATE - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for captured in paced_frames(lambda: self._closed):
             if self._mic:
                 if clip_start is None:
-                    clip_start = t0 + (k - 1) * FRAME / RATE
+                    clip_start = captured
                 await self.ws.send_bytes(self._mic.popleft().astype("<i2").tobytes())
                 if not self._mic and self._clip_done is not None:
                     self._clip_done.set_result(clip_start + self._speech_end_sample / RATE)

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+import rejoinder as rj
 from rejoinder.io.protocol import (
     AgentStateMessage,
     Clear,
@@ -25,6 +26,8 @@ from rejoinder.io.protocol import (
     ServerMessage,
     parse_server_message,
 )
+from rejoinder.models.tts import TTS
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedVAD
 
 TICK = 0.02
 REPORT_EVERY = 0.05  # the protocol asks for at least every 100 ms
@@ -208,3 +211,22 @@ class VoiceClient:
 
     async def silence(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def scripted_session(
+    replies: list[list[Any]], transcripts: list[str], tts: Callable[[], TTS]
+) -> Callable[[], rj.AgentSession[Any]]:
+    """A factory for sessions on the test kit's scripted models (one per connection),
+    quick to end a turn, that never mark the user away."""
+
+    def make() -> rj.AgentSession[Any]:
+        return rj.AgentSession(
+            llm=ScriptedLLM(replies),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT(transcripts),
+            tts=tts(),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+
+    return make

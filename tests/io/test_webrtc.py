@@ -38,8 +38,9 @@ from rejoinder.io.protocol import (
 )
 from rejoinder.io.webrtc import WebRTCOptions, WebRTCServer, add_webrtc_routes
 from rejoinder.io.webrtc._ice import offering
-from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+from rejoinder.testing import ScriptedTTS
 
+from ._client import scripted_session
 from ._webrtc_client import RATE, WebRTCClient
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
@@ -98,17 +99,7 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
 
 def scripted(replies: list[list[Any]], transcripts: list[str], **tts: Any) -> Any:
-    def make() -> rj.AgentSession[Any]:
-        return rj.AgentSession(
-            llm=ScriptedLLM(replies),
-            vad=ScriptedVAD(),
-            stt=ScriptedSTT(transcripts),
-            tts=tone_tts(**tts),
-            user_away_timeout=None,
-            min_endpointing_delay=0.1,
-        )
-
-    return make
+    return scripted_session(replies, transcripts, lambda: tone_tts(**tts))
 
 
 async def test_a_spoken_turn_is_answered_and_speaking_follows_the_played_reports(

@@ -28,15 +28,12 @@ from rejoinder.io.protocol import (
 )
 from rejoinder.io.websocket import WebSocketOptions
 from rejoinder.testing import (
-    ScriptedLLM,
-    ScriptedSTT,
     ScriptedTTS,
-    ScriptedVAD,
     ToolCall,
     speech_frame,
 )
 
-from ._client import VoiceClient
+from ._client import VoiceClient, scripted_session
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
 
@@ -80,17 +77,7 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
 
 def scripted(replies: list[list[Any]], transcripts: list[str], **tts: Any) -> Any:
-    def make() -> rj.AgentSession[Any]:
-        return rj.AgentSession(
-            llm=ScriptedLLM(replies),
-            vad=ScriptedVAD(),
-            stt=ScriptedSTT(transcripts),
-            tts=ScriptedTTS(**tts),
-            user_away_timeout=None,
-            min_endpointing_delay=0.1,
-        )
-
-    return make
+    return scripted_session(replies, transcripts, lambda: ScriptedTTS(**tts))
 
 
 async def test_a_spoken_turn_is_answered_and_speaking_follows_the_clients_playback(
