@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from aiohttp import WSMsgType, web
 
 from ..models.audio import AudioFrame
 from .connection import Connection, Entrypoint, PushAudioInput
+from .outbox import CloseRequest, Outbox, bounded, write_outbox
 from .playback import ReportedPlayback
 from .protocol import (
     MAX_TEXT_CHARS,
@@ -71,89 +71,6 @@ class WebSocketOptions:
     """Agent audio waiting to be written before the session is made to wait."""
     close_timeout: float = 30.0
     """How long the entry point gets to return after the client left."""
-
-
-@dataclass(frozen=True, slots=True)
-class CloseRequest:
-    code: CloseCode
-    reason: str
-
-
-class Outbox:
-    """What is to be written to one socket, in order: text messages, audio and at most
-    one close. Text never waits (a client that lets ``max_messages`` pile up is closed
-    with ``SLOW_CLIENT``); audio waits while ``max_audio_bytes`` are queued, which is the
-    session's backpressure. ``clear_audio`` drops the audio not yet written, including a
-    frame still waiting for room."""
-
-    def __init__(self, *, max_messages: int = 2000, max_audio_bytes: int = 1024 * 1024) -> None:
-        self._items: deque[str | bytes] = deque()
-        self._max_messages = max_messages
-        self._max_audio = max_audio_bytes
-        self._messages = 0
-        self._audio = 0
-        self._generation = 0
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self.close_request: CloseRequest | None = None
-
-    @property
-    def closing(self) -> bool:
-        return self.close_request is not None
-
-    def put_text(self, text: str) -> None:
-        if self.closing:
-            return
-        if self._messages >= self._max_messages:
-            self.close(CloseCode.SLOW_CLIENT, "the client does not read its messages")
-            return
-        self._messages += 1
-        self._items.append(text)
-        self._ready.set()
-
-    async def put_audio(self, data: bytes) -> None:
-        generation = self._generation
-        while self._audio >= self._max_audio and not self.closing:
-            self._room.clear()
-            await self._room.wait()
-            if generation != self._generation:
-                return  # cleared while it waited: this audio was interrupted
-        if self.closing or generation != self._generation:
-            return
-        self._audio += len(data)
-        self._items.append(data)
-        self._ready.set()
-
-    def clear_audio(self) -> None:
-        self._generation += 1
-        if self._audio:
-            self._items = deque(item for item in self._items if isinstance(item, str))
-            self._audio = 0
-        self._room.set()
-
-    def close(self, code: CloseCode, reason: str) -> None:
-        """Write what is queued, then close (the first close asked for wins)."""
-        if self.close_request is None:
-            self.close_request = CloseRequest(code, reason)
-            self._ready.set()
-            self._room.set()
-
-    async def get(self) -> str | bytes | CloseRequest:
-        """The next thing to write; the ``CloseRequest`` once the queue is empty."""
-        while True:
-            if self._items:
-                item = self._items.popleft()
-                if isinstance(item, str):
-                    self._messages -= 1
-                else:
-                    self._audio -= len(item)
-                    self._room.set()
-                return item
-            if self.close_request is not None:
-                return self.close_request
-            self._ready.clear()
-            await self._ready.wait()
 
 
 class WebSocketPeer:
@@ -300,7 +217,7 @@ def websocket_handler(
         )
         await ws.prepare(request)
         peer = WebSocketPeer(opts, remote=request.remote, query=dict(request.query))
-        writer = asyncio.create_task(_write(ws, peer.outbox), name="rejoinder-ws-writer")
+        writer = asyncio.create_task(write_outbox(ws, peer.outbox), name="rejoinder-ws-writer")
         agent: asyncio.Task[None] | None = None
         loop = asyncio.get_running_loop()
 
@@ -329,30 +246,14 @@ def websocket_handler(
             start_deadline.cancel()
             peer.client_left()
             if agent is not None:
-                await _bounded(agent, opts.close_timeout, "the entry point")
-            await _bounded(writer, 5.0, "the socket writer")
+                await bounded(agent, opts.close_timeout, "the entry point")
+            await bounded(writer, 5.0, "the socket writer")
             if not ws.closed:
                 with contextlib.suppress(Exception):
                     await ws.close()
         return ws
 
     return handle
-
-
-async def _write(ws: web.WebSocketResponse, outbox: Outbox) -> None:
-    try:
-        while True:
-            item = await outbox.get()
-            if isinstance(item, CloseRequest):
-                await ws.close(code=int(item.code), message=item.reason.encode())
-                return
-            if isinstance(item, str):
-                await ws.send_str(item)
-            else:
-                await ws.send_bytes(item)
-    except (ConnectionError, RuntimeError) as exc:  # the socket went away under us
-        logger.debug("websocket writer stopped: %r", exc)
-        outbox.close(CloseCode.NORMAL, "socket closed")
 
 
 async def _run_agent(
@@ -367,13 +268,3 @@ async def _run_agent(
         peer.fail(CloseCode.INTERNAL_ERROR, ErrorCode.INTERNAL, f"the agent failed: {exc!r}"[:300])
         return
     peer.outbox.close(CloseCode.NORMAL, "session ended")
-
-
-async def _bounded(task: asyncio.Task[None], seconds: float, what: str) -> None:
-    done, _ = await asyncio.wait((task,), timeout=seconds)
-    if not done:
-        logger.warning("%s did not finish within %.1f s; cancelling it", what, seconds)
-        task.cancel()
-        await asyncio.wait((task,), timeout=5.0)
-    elif not task.cancelled() and task.exception() is not None:
-        logger.warning("%s failed: %r", what, task.exception())
