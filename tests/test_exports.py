@@ -38,6 +38,9 @@ API_NAMES = [
     "MetricsCollectedEvent",
     "ErrorEvent",
     "CloseEvent",
+    "DTMFEvent",
+    "CollectDigits",
+    "Digits",
     # models
     "LLM",
     "STT",

@@ -21,6 +21,7 @@ from .events import (
     AgentStateChangedEvent,
     CloseEvent,
     ConversationItemAddedEvent,
+    DTMFEvent,
     ErrorEvent,
     FunctionToolsExecutedEvent,
     MetricsCollectedEvent,
@@ -28,6 +29,7 @@ from .events import (
     UserInputTranscribedEvent,
     UserStateChangedEvent,
 )
+from .keypad import CollectDigits, Digits
 from .run_context import RunContext
 from .run_result import RunResult
 from .session import AgentSession
@@ -41,7 +43,10 @@ __all__ = [
     "AgentStateChangedEvent",
     "AgentTask",
     "CloseEvent",
+    "CollectDigits",
     "ConversationItemAddedEvent",
+    "DTMFEvent",
+    "Digits",
     "ErrorEvent",
     "FunctionTool",
     "FunctionToolsExecutedEvent",

@@ -29,6 +29,7 @@ EventName = Literal[
     "metrics_collected",
     "error",
     "close",
+    "dtmf",
 ]
 
 
@@ -88,6 +89,14 @@ class ErrorEvent:
     source: str
     recoverable: bool
     type: Literal["error"] = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class DTMFEvent:
+    digit: str
+    """One key: ``0``-``9``, ``*``, ``#`` or ``A``-``D``."""
+    created_at: float
+    type: Literal["dtmf"] = "dtmf"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ check their arguments' types at the call site, before anything is stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +25,7 @@ from .agent import Agent
 from .agent_stack import AgentStack
 from .agent_task import running_host
 from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
-from .events import CloseEvent, EventEmitter, EventName, UserInputTranscribedEvent
+from .events import CloseEvent, DTMFEvent, EventEmitter, EventName, UserInputTranscribedEvent
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
 from .tools import FunctionTool
@@ -42,6 +43,8 @@ __all__ = ["AgentSession", "SessionInput", "SessionOptions", "SessionOutput"]
 logger = logging.getLogger("rejoinder")
 
 Userdata = TypeVar("Userdata")
+
+DTMF_KEYS = "0123456789*#ABCD"
 
 _models_in_use: dict[int, int] = {}
 """How many running sessions use each model (by id): the last one to close closes it."""
@@ -114,6 +117,8 @@ class AgentSession(Generic[Userdata]):
         self._realtime: RealtimeDriver | None = None
         self._claimed = False
         """This session counts among its models' users (from start to close)."""
+        self._close_reason: str | None = None
+        self._shutdown: asyncio.Task[None] | None = None
 
     # -------------------------------------------------------------- reading
 
@@ -281,10 +286,13 @@ class AgentSession(Generic[Userdata]):
             raise TypeError(f"update_agent() needs an rj.Agent, got {type(agent).__name__}")
         return self._running_agents().hand_off(agent)
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, reason: str = "closed") -> None:
         """Stop everything, bounded by ``close_timeout`` per step, even if work hangs.
         Safe to call from inside a tool or hook: the close runs in its own task, which
-        the agent being stopped does not own."""
+        the agent being stopped does not own. ``reason`` goes to the ``close`` event (the
+        first reason given wins)."""
+        _require(reason, str, "reason")
+        self._close_reason = self._close_reason or reason
         if self._close_task is None:
             self._begin_close()
         assert self._close_task is not None
@@ -314,7 +322,7 @@ class AgentSession(Generic[Userdata]):
             self._turn_state_.close_all()
             self._turn_state_.shutdown()
         await self._close_models()
-        self._events.emit("close", CloseEvent(reason="closed"))
+        self._events.emit("close", CloseEvent(reason=self._close_reason or "closed"))
 
     def _models(self) -> list[object]:
         """Each model given to this session, once."""
@@ -359,6 +367,43 @@ class AgentSession(Generic[Userdata]):
                 activity.discard_preemptive("draining")
             await ctx.bounded(self._turn_state.nothing_open(), "draining", timeout)
         await self.aclose()
+
+    def shutdown(
+        self, *, drain: bool = True, reason: str = "shutdown", timeout: float = 30.0
+    ) -> None:
+        """End the session without waiting for it, from anywhere: a tool that hangs up a
+        phone call, a hook, the app. With ``drain``, what the agent is saying (its
+        current and queued speech, tool follow-ups included) plays out first, for at most
+        ``timeout`` seconds; then the session closes as ``aclose`` does."""
+        _require(drain, bool, "drain")
+        _require(reason, str, "reason")
+        if self._close_task is not None or self._shutdown is not None:
+            return
+        self._close_reason = self._close_reason or reason
+        # Not in the session's scope: the close cancels that scope, and this must go on.
+        self._shutdown = asyncio.get_running_loop().create_task(
+            self._shut_down(drain, bound=timeout), name="rejoinder-shutdown"
+        )
+
+    async def _shut_down(self, drain: bool, *, bound: float) -> None:
+        if drain and self._turn_state_ is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(bound):
+                    await self._listening_again(None)  # nothing owed, nothing audible
+        await self.aclose()
+
+    def push_dtmf(self, digits: str) -> None:
+        """Keys the user pressed on a phone keypad (telephony transports call this; so
+        can tests and other inputs): one ``dtmf`` event per key, in order, and the user
+        counts as present. Raises ``ValueError`` for anything but ``0-9 * # A-D``."""
+        _require(digits, str, "digits")
+        keys = digits.upper()
+        if not keys or keys.strip(DTMF_KEYS):
+            raise ValueError(f"DTMF digits are 0-9, *, # and A-D; got {digits!r:.40}")
+        state = self._turn_state
+        state.user_activity()
+        for key in keys:
+            self._events.emit("dtmf", DTMFEvent(key, state.now()))
 
     async def __aenter__(self) -> AgentSession[Userdata]:
         return self
@@ -458,7 +503,7 @@ class AgentSession(Generic[Userdata]):
             self._events.off("conversation_item_added", result._on_item)
         return result
 
-    async def _listening_again(self, handle: SpeechHandle) -> None:
+    async def _listening_again(self, handle: SpeechHandle | None) -> None:
         """Until the agent is ``listening`` (it never is while a reply is owed, so this
         is the end of the turn), or the handle resolved while the session closed."""
         loop = asyncio.get_running_loop()
@@ -470,7 +515,8 @@ class AgentSession(Generic[Userdata]):
 
         self._events.on("agent_state_changed", check)
         self._events.on("close", check)
-        handle.add_done_callback(check)
+        if handle is not None:
+            handle.add_done_callback(check)
         try:
             check()
             await over
