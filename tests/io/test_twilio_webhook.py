@@ -22,8 +22,9 @@ from rejoinder.io.telephony.twilio_webhook import (
     webhook_url_for,
 )
 
-# The worked example on https://www.twilio.com/docs/usage/security ("Validating requests are
-# coming from Twilio"): auth token 12345, a POST to this URL with these parameters.
+# The worked example of https://www.twilio.com/docs/usage/security ("Validating requests are
+# coming from Twilio"): auth token 12345, a POST to this URL with these parameters. (Older
+# copies of the page used +14158675309 for Caller/From, signed RSOYDt4T1cUTdK1PDd93/VVr8B8=.)
 DOC_TOKEN = "12345"
 DOC_URL = "https://mycompany.com/myapp.php?foo=1&bar=2"
 DOC_PARAMS = {
@@ -44,6 +45,8 @@ def by_hand(token: str, data: str) -> str:
 def test_the_documented_example() -> None:
     assert twilio_signature(DOC_TOKEN, DOC_URL, DOC_PARAMS) == DOC_SIGNATURE
     assert validate_twilio_signature(DOC_TOKEN, DOC_URL, DOC_PARAMS, DOC_SIGNATURE)
+    older = {**DOC_PARAMS, "Caller": "+14158675309", "From": "+14158675309"}
+    assert twilio_signature(DOC_TOKEN, DOC_URL, older) == "RSOYDt4T1cUTdK1PDd93/VVr8B8="
 
 
 def test_parameters_are_sorted_by_name_whatever_their_order() -> None:
