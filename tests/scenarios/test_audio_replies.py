@@ -280,3 +280,78 @@ async def test_c2_lifecycle_calls_are_bounded_when_the_audio_output_hangs() -> N
     await asyncio.wait_for(session.drain(timeout=10.0), 30)  # bounded by its timeout
     assert asyncio.get_running_loop().time() - t0 == pytest.approx(10.0)
     assert session.agent_state == "listening"
+
+
+class PacedOutput(MemoryAudioOutput):
+    """Takes audio only in real time, ``lead`` seconds ahead (a phone line, a WebRTC
+    track): capture waits, so a long sentence's audio is not all captured when it is
+    interrupted."""
+
+    def __init__(self, lead: float = 0.5) -> None:
+        super().__init__(24000)
+        self.lead = lead
+        self._sent = 0.0
+        self._began: float | None = None
+        self.gone = False
+
+    async def capture_frame(self, frame: rj.AudioFrame) -> None:
+        if self.gone:
+            return  # nobody listens any more
+        loop = asyncio.get_running_loop()
+        if self._began is None:
+            self._began = loop.time()
+        ahead = self._began + self._sent - loop.time() - self.lead
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        self._sent += frame.duration
+        await super().capture_frame(frame)
+
+    def clear_buffer(self) -> None:
+        super().clear_buffer()
+        self._began, self._sent = None, 0.0
+
+    def leave(self) -> None:
+        """The listener hangs up: playback ends where it is, interrupted."""
+        self.gone = True
+        self._finish(interrupted=True)
+
+
+LONG_SENTENCE = "one two three four five six seven eight nine ten eleven twelve thirteen."
+
+
+async def test_an_interruption_on_a_paced_output_keeps_the_words_heard() -> None:
+    # The whole sentence is one TTS segment; the output holds only 0.5 s of it at a time.
+    # Where the interruption falls in the text must come from the synthesis's length, not
+    # from the share of it captured so far (which would keep far more than was heard).
+    tts = ScriptedTTS(sample_rate=24000)
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=LLM([[LONG_SENTENCE]]), tts=tts, user_away_timeout=None
+    )
+    session.output.audio = PacedOutput()
+    await session.start(rj.Agent(instructions="t"))
+    session.generate_reply(user_input="count")
+    await advance(1.55)  # 31 characters of the 72: "one two three four five six"
+    await session.interrupt()
+    last = session.history.items[-1]
+    assert isinstance(last, rj.ChatMessage)
+    assert (last.content, last.interrupted) == ("one two three four five six", True)
+    await session.aclose()
+
+
+async def test_a_listener_who_leaves_mid_reply_is_recorded_as_interrupted() -> None:
+    output = PacedOutput()
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=LLM([[LONG_SENTENCE]]), tts=ScriptedTTS(sample_rate=24000), user_away_timeout=None
+    )
+    session.output.audio = output
+    await session.start(rj.Agent(instructions="t"))
+    handle = session.generate_reply(user_input="count")
+    await advance(1.0)
+    output.leave()
+    await advance(0.1)
+    last = session.history.items[-1]
+    assert isinstance(last, rj.ChatMessage)
+    assert last.interrupted and LONG_SENTENCE.startswith(last.content)
+    assert len(last.content) <= 20
+    assert handle.done() and session.agent_state == "listening"
+    await session.aclose()

@@ -303,8 +303,9 @@ class AgentActivity:
                 except asyncio.CancelledError:
                     if not speech._take_cut():
                         raise
-            # A cut (the agent paused for a task) ends the output, not the tools.
-            self._end_playout(speech, reply, delivery, interrupted=speech._cutting)
+            # A cut ends the output, not the tools.
+            cut = speech._cutting or delivery.cut_short  # paused for a task, or listener left
+            self._end_playout(speech, reply, delivery, interrupted=cut)
             if runs:
                 chained = await self._settle_tools(speech, runs)
         except asyncio.CancelledError:

@@ -10,7 +10,8 @@ what the user heard before an interruption.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,10 @@ class AudioDelivery(Delivery):
             except Exception as exc:  # stop() must not raise: report and go on
                 self._on_error(exc)
 
+    @property
+    def cut_short(self) -> bool:
+        return self._played.done() and self._played.result().interrupted
+
     def heard(self) -> str:
         if not self._played.done():
             return ""
@@ -156,28 +161,77 @@ class AudioDelivery(Delivery):
     async def _capture_all(
         self, items: AsyncIterable[AudioFrame | WordTiming], segment: _Segment
     ) -> None:
-        async for item in items:
-            if isinstance(item, WordTiming):
-                self._words.append(
-                    _Word(segment.start + item.start, segment.start + item.end, item.word)
-                )
-            else:
-                await self._capture(item, segment)
-        if self._resampler is not None:
-            tail = self._resampler.flush()
-            self._resampler = None
-            if tail is not None:
-                await self._capture(tail, segment)
+        """Capture one synthesis. After its first frame (captured at once, so playback
+        starts with no extra hop) the TTS is read ahead of the output: an output that
+        takes audio only in real time (a phone line, a paced WebRTC track) must not hide
+        how long this text's audio is, which ``heard()`` needs to place an interruption."""
+        source = aiter(items)
+        async for item in source:
+            if (frame := self._take(item, segment)) is not None:
+                await self._capture(frame)
+                break
+        else:
+            await self._capture_tail(segment)
+            return
+        frames: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
+        reader = asyncio.ensure_future(self._read_ahead(source, segment, frames))
+        try:
+            while (frame := await frames.get()) is not None:
+                await self._capture(frame)
+            await reader  # its failure, if any, is this synthesis's failure
+        finally:
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
 
-    async def _capture(self, frame: AudioFrame, segment: _Segment) -> None:
+    async def _read_ahead(
+        self,
+        source: AsyncIterator[AudioFrame | WordTiming],
+        segment: _Segment,
+        frames: asyncio.Queue[AudioFrame | None],
+    ) -> None:
+        try:
+            async for item in source:
+                if (frame := self._take(item, segment)) is not None:
+                    frames.put_nowait(frame)
+            if (tail := self._tail(segment)) is not None:
+                frames.put_nowait(tail)
+        finally:
+            frames.put_nowait(None)
+
+    def _take(self, item: AudioFrame | WordTiming, segment: _Segment) -> AudioFrame | None:
+        """A synthesized item: a word timing is noted; a frame is resampled to the
+        output's rate and counted in the segment's length."""
+        if isinstance(item, WordTiming):
+            self._words.append(
+                _Word(segment.start + item.start, segment.start + item.end, item.word)
+            )
+            return None
+        frame: AudioFrame | None = item
         rate = self._output.sample_rate
-        if rate is not None and frame.sample_rate != rate:
+        if rate is not None and item.sample_rate != rate:
             if self._resampler is None:
-                self._resampler = Resampler(frame.sample_rate, rate, frame.num_channels)
-            resampled = self._resampler.push(frame)
-            if resampled is None:
-                return
-            frame = resampled
+                self._resampler = Resampler(item.sample_rate, rate, item.num_channels)
+            frame = self._resampler.push(item)
+        if frame is not None:
+            segment.duration += frame.duration
+        return frame
+
+    def _tail(self, segment: _Segment) -> AudioFrame | None:
+        if self._resampler is None:
+            return None
+        tail = self._resampler.flush()
+        self._resampler = None
+        if tail is not None:
+            segment.duration += tail.duration
+        return tail
+
+    async def _capture_tail(self, segment: _Segment) -> None:
+        if (tail := self._tail(segment)) is not None:
+            await self._capture(tail)
+
+    async def _capture(self, frame: AudioFrame) -> None:
         if not self._listening:
             self._listening = True
             self._output.set_listener(self._playback_started, self._playback_finished)
@@ -186,7 +240,6 @@ class AudioDelivery(Delivery):
         except Exception as exc:
             raise OutputError(f"the audio output failed: {exc!r}") from exc
         self._captured += frame.duration
-        segment.duration = self._captured - segment.start
 
     def _playback_started(self) -> None:
         self._playing = True

@@ -82,6 +82,12 @@ class Delivery(ABC):
     def heard(self) -> str:
         """The text the user got."""
 
+    @property
+    def cut_short(self) -> bool:
+        """The output ended the playback before its end (the listener left mid-reply):
+        what was heard is a part, and is recorded as interrupted."""
+        return False
+
     def _end_text_segment(self) -> None:
         if self._parts and self._text_output is not None:
             try:
