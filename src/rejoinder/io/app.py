@@ -6,6 +6,8 @@
 - ``GET /ws``: the WebSocket transport (``rejoinder.io.websocket``, ``docs/protocol.md``);
 - ``POST /api/offer``: WebRTC signalling (``rejoinder.io.webrtc``), when the ``webrtc``
   extra is installed;
+- the phone providers' webhooks and media sockets named in ``telephony`` (e.g.
+  ``POST /twilio/twiml`` and ``GET /twilio``; ``rejoinder.io.telephony``);
 - ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M}`` (HTTP 200), or
   ``"status": "draining"`` with HTTP 503 once the server is shutting down, so a load
   balancer stops sending clients;
@@ -19,13 +21,17 @@ the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .admission import SessionGate
 from .connection import Connection, Entrypoint
 from .websocket import WebSocketOptions, websocket_handler
+
+if TYPE_CHECKING:
+    from .telephony import TelephonyOptions
 
 __all__ = ["GATE", "WEBRTC", "create_app", "webrtc_unavailable"]
 
@@ -61,6 +67,8 @@ def create_app(
     webrtc: Any = None,
     page: bool = True,
     gate: SessionGate[Connection] | None = None,
+    telephony: Sequence[str] = (),
+    telephony_options: TelephonyOptions | None = None,
 ) -> web.Application:
     """An application serving ``entrypoint`` (called once per client connection).
 
@@ -68,7 +76,8 @@ def create_app(
     give a ``gate`` of your own, e.g. to drain it). ``webrtc``: ``None`` mounts
     ``POST /api/offer`` when the extra is installed, ``False`` never, a
     ``rejoinder.io.webrtc.WebRTCOptions`` always (with those options). ``page``: serve
-    the browser page at ``GET /``.
+    the browser page at ``GET /``. ``telephony``: phone providers to serve (``"twilio"``,
+    ``"telnyx"``, ``"plivo"``), with ``telephony_options``.
     """
     if gate is None:
         gate = SessionGate(max_sessions=max_sessions, close=_close_session)
@@ -89,6 +98,12 @@ def create_app(
 
     app.router.add_get("/ws", ws_route)
     app[WEBRTC] = _mount_webrtc(app, entrypoint, gate, webrtc)
+    if telephony:
+        from .telephony import add_telephony_routes
+
+        add_telephony_routes(
+            app, entrypoint, gate=gate, providers=telephony, options=telephony_options
+        )
     if page:
         from .static import page_routes
 

@@ -46,6 +46,7 @@ from .protocol import (
 
 if TYPE_CHECKING:
     from ..session import Agent, AgentSession
+    from .telephony.dialects import CallInfo
 
 __all__ = ["Connection", "Entrypoint", "PushAudioInput"]
 
@@ -190,6 +191,7 @@ class Connection:
         query: Mapping[str, str] | None = None,
         id: str | None = None,
         match_tts_rate: bool = False,
+        call: CallInfo | None = None,
     ) -> None:
         self.id = id or new_id("conn")
         self.transport = transport
@@ -202,6 +204,11 @@ class Connection:
         """Query parameters of the request that opened the connection."""
         self.session: AgentSession[Any] | None = None
         """The session ``serve`` runs (None before)."""
+        self.call: CallInfo | None = call
+        """The phone call (telephony transports): ids, numbers, custom parameters."""
+        self.left_reason: str | None = None
+        """Why the client left (the session's ``close`` reason when it ended that way)."""
+        self._keys: list[str] = []
         self._send = send
         self._match_tts_rate = match_tts_rate
         self._left = asyncio.Event()
@@ -236,11 +243,24 @@ class Connection:
                 ErrorMessage(code=ErrorCode.ALREADY_STARTED, message="start was already sent")
             )
 
-    def client_left(self) -> None:
+    def keypad(self, digits: str) -> None:
+        """Keys the caller pressed (DTMF). Keys pressed before the session listens wait
+        for it, so none is lost."""
+        session = self.session
+        if session is None or session.agent_state == "initializing":
+            self._keys.append(digits)
+            return
+        try:
+            session.push_dtmf(digits)
+        except (RuntimeError, ValueError) as exc:  # closing, or a transport bug
+            logger.info("dtmf %r dropped: %s", digits, exc)
+
+    def client_left(self, reason: str = "client left") -> None:
         """The client is gone: the microphone ends, open playback ends where the last
-        report left it, and ``serve`` closes the session."""
+        report left it, and ``serve`` closes the session (``reason`` is its close reason)."""
         if self._left.is_set():
             return
+        self.left_reason = reason
         self._left.set()
         self.audio_input.close()
         self.audio_output.close()
@@ -273,6 +293,9 @@ class Connection:
         try:
             if not await self._until_left(session.start(agent)):
                 return
+            keys, self._keys = self._keys, []
+            for digits in keys:
+                self.keypad(digits)
             left = asyncio.ensure_future(self._left.wait())
             ended = asyncio.ensure_future(closed.wait())
             try:
@@ -284,7 +307,8 @@ class Connection:
             try:
                 # aclose is bounded step by step; this bounds it as a whole, too.
                 limit = session.options.close_timeout * 4 + 1
-                await asyncio.wait_for(session.aclose(), limit)
+                reason = self.left_reason or "session ended"
+                await asyncio.wait_for(session.aclose(reason=reason), limit)
             except Exception:
                 logger.exception("closing the session of %s failed", self.id)
             finally:

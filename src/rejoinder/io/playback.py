@@ -92,6 +92,11 @@ class ReportedPlayback(AudioOutput):
         return any(seg.started for seg in self._segments)
 
     @property
+    def closed(self) -> bool:
+        """The client is gone: nothing more can be heard."""
+        return self._closed
+
+    @property
     def pending(self) -> bool:
         """Some captured audio is not reported played yet."""
         return bool(self._segments)

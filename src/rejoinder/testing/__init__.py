@@ -13,6 +13,7 @@ from .openai_chat_server import (
     StreamReply,
 )
 from .openai_realtime_server import OpenAIRealtimeServer
+from .phone import FakePhoneCall, Heard
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .scripted_tts import ScriptedStreamingTTS, ScriptedTTS
@@ -23,8 +24,10 @@ __all__ = [
     "Delay",
     "ErrorReply",
     "Fail",
+    "FakePhoneCall",
     "GPTLiveServer",
     "Gate",
+    "Heard",
     "MemoryAudioInput",
     "MemoryAudioOutput",
     "MemoryTextOutput",

@@ -1,0 +1,332 @@
+"""FakePhoneCall: a Twilio Media Streams peer for tests, over a real WebSocket, in real time.
+
+It behaves as Twilio does on a call answered with ``<Connect><Stream>``: it sends
+``connected`` and ``start`` (call and stream ids, custom parameters), then the caller's
+audio as base64 μ-law, 20 ms a message, continuously (silence between phrases, as a phone
+line does). The agent's audio goes into a playout buffer that a 20 ms clock drains in real
+time, after a small jitter delay; what it plays is recorded with the time it was heard.
+A mark is echoed when the playout passes it (at once when nothing is buffered); ``clear``
+empties the buffer and, like Twilio, echoes the marks it held (``marks_on_clear="drop"``
+drops them instead, as Plivo does). ``press`` sends keypad digits, ``hang_up`` a ``stop``.
+
+    async with FakePhoneCall.connect(url) as call:
+        await call.say(pcm, rate)                 # the caller speaks (resampled to 8 kHz)
+        await call.until(lambda: call.heard_seconds() > 1.0, timeout=10)
+        await call.hang_up()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+import numpy as np
+
+from ..models import g711
+from ..models.audio import PCM16, AudioFrame
+from ..models.audio_utils import resample
+
+__all__ = ["FakePhoneCall", "Heard"]
+
+RATE = 8000
+TICK = 0.02
+CHUNK = 160  # samples per 20 ms
+ACCOUNT_SID = "AC00000000000000000000000000000001"
+SILENCE = g711.ulaw_encode(np.zeros(CHUNK, np.int16))
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """20 ms (or less) of agent audio the caller heard, and when."""
+
+    at: float
+    pcm: PCM16
+
+
+@dataclass
+class FakePhoneCall:
+    ws: aiohttp.ClientWebSocketResponse
+    call_sid: str = "CA00000000000000000000000000000001"
+    stream_sid: str = "MZ00000000000000000000000000000001"
+    jitter: float = 0.06
+    """Audio buffered before a burst starts playing (as a real jitter buffer)."""
+    marks_on_clear: Literal["echo", "drop"] = "echo"
+    heard: list[Heard] = field(default_factory=list)
+    marks_received: list[tuple[float, str]] = field(default_factory=list)
+    marks_echoed: list[tuple[float, str]] = field(default_factory=list)
+    clears: list[float] = field(default_factory=list)
+    received_samples: int = 0
+    other: list[dict[str, Any]] = field(default_factory=list)
+    """Messages that were neither media, mark nor clear (there should be none)."""
+    close_code: int | None = None
+    _buffer: deque[PCM16 | str] = field(default_factory=deque)
+    _buffered: int = 0
+    _playing: bool = False
+    _waiting_since: float | None = None
+    _mic: deque[bytes] = field(default_factory=deque)
+    _sequence: int = 0
+    _chunk_no: int = 0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _began: float = 0.0
+
+    # ---------------------------------------------------------------- setup
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls,
+        url: str,
+        *,
+        parameters: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> AsyncIterator[FakePhoneCall]:
+        """Open the media socket at ``url`` and start the stream (with ``parameters`` as
+        Twilio's ``customParameters``); on exit, hang up if still on the line."""
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(url, headers=dict(headers or {}))
+            call = cls(ws, **options)
+            try:
+                await call.start(parameters or {})
+                yield call
+            finally:
+                await call.aclose()
+
+    async def start(self, parameters: Mapping[str, str]) -> None:
+        loop = asyncio.get_running_loop()
+        self._began = loop.time()
+        await self._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        await self._send(
+            {
+                "event": "start",
+                "sequenceNumber": self._next_sequence(),
+                "start": {
+                    "accountSid": ACCOUNT_SID,
+                    "streamSid": self.stream_sid,
+                    "callSid": self.call_sid,
+                    "tracks": ["inbound"],
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+                    "customParameters": dict(parameters),
+                },
+                "streamSid": self.stream_sid,
+            }
+        )
+        self._tasks = [
+            asyncio.create_task(self._read(), name="fake-call-reader"),
+            asyncio.create_task(self._clock(), name="fake-call-clock"),
+        ]
+
+    # ------------------------------------------------------------ the caller
+
+    async def say(self, pcm: PCM16, sample_rate: int) -> None:
+        """Speak ``pcm`` into the line (real time: returns once it was all sent)."""
+        audio = resample(AudioFrame(np.asarray(pcm, np.int16), sample_rate), RATE).data
+        encoded = g711.ulaw_encode(audio)
+        for start in range(0, len(encoded), CHUNK):
+            self._mic.append(encoded[start : start + CHUNK].ljust(CHUNK, SILENCE[:1]))
+        await self.until(lambda: not self._mic, timeout=len(encoded) / RATE + 5)
+
+    async def silence(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # the clock sends silence meanwhile
+
+    async def press(self, digits: str, *, gap: float = 0.15) -> None:
+        """Press keys on the keypad, ``gap`` seconds apart."""
+        for digit in digits:
+            await self._send(
+                {
+                    "event": "dtmf",
+                    "streamSid": self.stream_sid,
+                    "sequenceNumber": self._next_sequence(),
+                    "dtmf": {"track": "inbound_track", "digit": digit},
+                }
+            )
+            await asyncio.sleep(gap)
+
+    async def hang_up(self) -> None:
+        """The caller hangs up: ``stop``, then the socket closes."""
+        if self.ws.closed:
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._send(
+                {
+                    "event": "stop",
+                    "sequenceNumber": self._next_sequence(),
+                    "streamSid": self.stream_sid,
+                    "stop": {
+                        "accountSid": ACCOUNT_SID,
+                        "callSid": self.call_sid,
+                    },
+                }
+            )
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if not self.ws.closed:
+            await self.ws.close()
+        self.close_code = self.ws.close_code if self.close_code is None else self.close_code
+
+    # --------------------------------------------------------- observations
+
+    def heard_seconds(self) -> float:
+        return sum(len(h.pcm) for h in self.heard) / RATE
+
+    def heard_audio(self) -> PCM16:
+        """Everything the caller heard, end to end (gaps left out)."""
+        if not self.heard:
+            return np.zeros(0, np.int16)
+        return np.concatenate([h.pcm for h in self.heard])
+
+    def audible_at(self, *, threshold: int = 200) -> list[float]:
+        """Times of the played chunks that were not near-silence."""
+        return [h.at for h in self.heard if len(h.pcm) and int(np.abs(h.pcm).max()) > threshold]
+
+    @property
+    def closed(self) -> bool:
+        return self.ws.closed
+
+    async def until(self, condition: Callable[[], bool], timeout: float) -> None:  # noqa: ASYNC109
+        """Wait (real time) until ``condition()`` holds; TimeoutError after ``timeout``."""
+        async with asyncio.timeout(timeout):
+            while not condition():
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 0.05)
+
+    # -------------------------------------------------------------- internal
+
+    def _next_sequence(self) -> str:
+        self._sequence += 1
+        return str(self._sequence)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.ws.send_str(json.dumps(message))
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            message = json.loads(msg.data)
+            event = message.get("event")
+            now = loop.time()
+            if event == "media":
+                pcm = g711.ulaw_decode(base64.b64decode(message["media"]["payload"]))
+                self._buffer.append(pcm)
+                self._buffered += len(pcm)
+                self.received_samples += len(pcm)
+            elif event == "mark":
+                name = message["mark"]["name"]
+                self.marks_received.append((now, name))
+                if self._buffered == 0 and not self._buffer:
+                    await self._echo(name, now)  # nothing buffered: Twilio answers at once
+                else:
+                    self._buffer.append(name)
+            elif event == "clear":
+                self.clears.append(now)
+                pending = [item for item in self._buffer if isinstance(item, str)]
+                self._buffer.clear()
+                self._buffered = 0
+                self._playing = False
+                self._waiting_since = None
+                if self.marks_on_clear == "echo":
+                    for name in pending:
+                        await self._echo(name, now)
+            else:
+                self.other.append(message)
+            self._changed.set()
+        self.close_code = self.ws.close_code
+        self._changed.set()
+
+    async def _clock(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while not self.ws.closed:
+            next_tick += TICK
+            await asyncio.sleep(max(0.0, next_tick - loop.time()))
+            now = loop.time()
+            await self._send_mic()
+            await self._play(now)
+            self._changed.set()
+
+    async def _send_mic(self) -> None:
+        payload = self._mic.popleft() if self._mic else SILENCE
+        self._chunk_no += 1
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._send(
+                {
+                    "event": "media",
+                    "sequenceNumber": self._next_sequence(),
+                    "media": {
+                        "track": "inbound",
+                        "chunk": str(self._chunk_no),
+                        "timestamp": str(self._chunk_no * 20),
+                        "payload": base64.b64encode(payload).decode("ascii"),
+                    },
+                    "streamSid": self.stream_sid,
+                }
+            )
+
+    async def _play(self, now: float) -> None:
+        if not self._playing:
+            if self._buffered == 0:
+                await self._echo_leading_marks(now)
+                self._waiting_since = None
+                return
+            if self._waiting_since is None:
+                self._waiting_since = now
+            if self._buffered < self.jitter * RATE and now - self._waiting_since < self.jitter:
+                return
+            self._playing = True
+        need = CHUNK
+        pieces: list[PCM16] = []
+        while need and self._buffer:
+            item = self._buffer[0]
+            if isinstance(item, str):
+                self._buffer.popleft()
+                await self._echo(item, now)
+                continue
+            take = item[:need]
+            pieces.append(take)
+            need -= len(take)
+            self._buffered -= len(take)
+            if len(take) == len(item):
+                self._buffer.popleft()
+            else:
+                self._buffer[0] = item[len(take) :]
+        if pieces:
+            self.heard.append(Heard(now, np.concatenate(pieces)))
+        # Marks right behind this chunk are echoed on the next tick, once it has played.
+        if self._buffered == 0:
+            self._playing = False  # underrun: the next burst waits for the jitter again
+
+    async def _echo_leading_marks(self, now: float) -> None:
+        while self._buffer and isinstance(self._buffer[0], str):
+            name = self._buffer.popleft()
+            assert isinstance(name, str)
+            await self._echo(name, now)
+
+    async def _echo(self, name: str, now: float) -> None:
+        self.marks_echoed.append((now, name))
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._send(
+                {
+                    "event": "mark",
+                    "sequenceNumber": self._next_sequence(),
+                    "streamSid": self.stream_sid,
+                    "mark": {"name": name},
+                }
+            )
