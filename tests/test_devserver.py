@@ -571,3 +571,37 @@ def test_make_demo_passes_a_model_and_options_through() -> None:
         "--port",
         "8080",
     ]
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_serve_telephony_twilio_answers_a_checked_webhook_and_a_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rejoinder.io.telephony.twilio_webhook import TOKEN_PARAMETER, twilio_signature
+    from rejoinder.testing import FakePhoneCall
+
+    agent = write(tmp_path, AGENT.format(version="Hello caller."))
+    argv = ["serve", str(agent), "--telephony", "twilio"]
+    monkeypatch.setenv("TWILIO_AUTH_TOKEN", "secret-token")  # the subprocess inherits it
+    async with server(argv) as srv, aiohttp.ClientSession() as http:
+        phone = await srv.wait_line(r"phone: +Twilio voice webhook")
+        assert f"POST {srv.base}/twilio/twiml (signature checked)" in phone
+        url = f"{srv.base}/twilio/twiml"
+        form = {"CallSid": "CA42", "From": "+15550001", "To": "+15550002"}
+        forged = await http.post(url, data=form, headers={"X-Twilio-Signature": "bad"})
+        assert forged.status == 403
+        signature = twilio_signature("secret-token", url, form)
+        answer = await http.post(url, data=form, headers={"X-Twilio-Signature": signature})
+        assert answer.status == 200
+        twiml = await answer.text()
+        stream = re.search(r'<Stream url="([^"]+)"', twiml)
+        token = re.search(rf'name="{TOKEN_PARAMETER}" value="([^"]+)"', twiml)
+        assert stream is not None and token is not None, twiml
+        assert stream.group(1) == f"ws://127.0.0.1:{srv.port}/twilio"
+        async with FakePhoneCall.connect(
+            stream.group(1), call_sid="CA42", parameters={TOKEN_PARAMETER: token.group(1)}
+        ) as call:
+            # The greeting (said from on_enter) is heard over the phone line.
+            await call.until(lambda: call.heard_seconds() >= 0.12, 10)
+            await call.hang_up()

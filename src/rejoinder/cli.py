@@ -164,6 +164,22 @@ def _add_server_commands(commands: Any) -> None:
             f"closed (default {drain:g})",
         )
         sub.add_argument(
+            "--telephony",
+            metavar="PROVIDER",
+            action="append",
+            choices=("twilio", "telnyx", "plivo"),
+            default=[],
+            help="serve phone calls from PROVIDER (twilio: POST /twilio/twiml and GET "
+            "/twilio; telnyx: GET /telnyx; plivo: POST /plivo/answer and GET /plivo); "
+            "repeat for several. Twilio webhooks are checked when TWILIO_AUTH_TOKEN is set",
+        )
+        sub.add_argument(
+            "--public-url",
+            metavar="URL",
+            help="the server's public base URL (https://abc.ngrok.app) for the phone "
+            "webhooks' stream URL and Twilio's signature (default: from each request)",
+        )
+        sub.add_argument(
             "-v", "--verbose", action="store_true", help="log the runtime's messages to stderr"
         )
     dev.add_argument(
@@ -198,6 +214,9 @@ def _run_server(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         drain_timeout=args.drain_timeout,
         command=args.command,
+        telephony=tuple(args.telephony),
+        public_url=args.public_url,
+        twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,
     )
     try:
         return asyncio.run(run_server(options))

@@ -25,7 +25,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -67,6 +67,10 @@ class ServerOptions:
     max_sessions: int | None = None
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     command: str = "serve"
+    telephony: tuple[str, ...] = ()
+    """Phone providers whose webhooks and media sockets to serve."""
+    public_url: str | None = None
+    twilio_auth_token: str | None = field(default=None, repr=False)
 
 
 class ReloadingEntrypoint:
@@ -144,7 +148,13 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
     from .io.app import WEBRTC, create_app, webrtc_unavailable
 
     gate: SessionGate[Any] = SessionGate(options.max_sessions)
-    app = create_app(entry, gate=gate)
+    try:
+        app = create_app(
+            entry, gate=gate, telephony=options.telephony, telephony_options=_phone(options)
+        )
+    except ValueError as exc:  # a bad --public-url
+        _error(command, str(exc))
+        return EXIT_USAGE
     webrtc = None if app[WEBRTC] is not None else (webrtc_unavailable() or "off")
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
@@ -216,6 +226,19 @@ async def _drain(out: TextIO, gate: SessionGate[Any], seconds: float, force: asy
         await gate.close_all()
 
 
+def _phone(options: ServerOptions) -> Any:
+    if not options.telephony:
+        return None
+    from .io.telephony import TelephonyOptions
+    from .io.telephony.twilio_webhook import stream_url_for
+
+    if options.public_url is not None:
+        stream_url_for(options.public_url, options.public_url)  # a bad URL fails now
+    return TelephonyOptions(
+        public_url=options.public_url, twilio_auth_token=options.twilio_auth_token
+    )
+
+
 def _bound_port(runner: Any, default: int) -> int:
     """The port actually bound (``--port 0`` picks a free one)."""
     for address in runner.addresses:
@@ -233,6 +256,8 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
         f"  WebRTC:    {webrtc or 'POST ' + _url(options.host, port, '/api/offer')}",
         f"  health:    {_url(options.host, port, '/healthz')}",
     ]
+    for provider in options.telephony:
+        lines.append(f"  phone:     {_phone_line(options, port, provider)}")
     if options.max_sessions is not None:
         lines.append(f"  at most {options.max_sessions} live session(s); more get HTTP 503")
     if options.reload:
@@ -240,3 +265,13 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
     else:
         lines.append(f"  SIGTERM or Ctrl-C drains (up to {options.drain_timeout:g} s), then stops")
     _say(out, "\n".join(lines))
+
+
+def _phone_line(options: ServerOptions, port: int, provider: str) -> str:
+    base = (options.public_url or _url(options.host, port)).rstrip("/")
+    if provider == "twilio":
+        checked = "signature checked" if options.twilio_auth_token else "TWILIO_AUTH_TOKEN unset"
+        return f"Twilio voice webhook POST {base}/twilio/twiml ({checked})"
+    if provider == "plivo":
+        return f"Plivo answer URL POST {base}/plivo/answer"
+    return f"Telnyx stream_url {base.replace('http', 'ws', 1)}/telnyx"
