@@ -110,7 +110,7 @@ class Dialect:
 
     name: str
     events: Mapping[str, str]
-    """Provider event name -> what it is: start, media, mark, dtmf, stop, ignore."""
+    """Provider event name -> what it is: start, media, mark, dtmf, stop, error, ignore."""
     read_start: Callable[[dict[str, Any]], CallInfo]
     media_message: Callable[[CallInfo, str], dict[str, Any]]
     """Our audio (base64) as the provider's message."""
@@ -126,7 +126,7 @@ class Dialect:
         """One text frame as a fact. Never raises: junk becomes ``Ignored(problem=...)``."""
         try:
             message = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
             return Ignored(None, "not JSON")
         if not isinstance(message, dict):
             return Ignored(None, "not a JSON object")
@@ -141,7 +141,7 @@ class Dialect:
 
     def _fact(self, kind: str, message: dict[str, Any]) -> Fact:
         if kind == "media":
-            media = message["media"]
+            media = _obj(message["media"], "media")
             track = media.get("track")
             if track is not None and track not in self.inbound_tracks:
                 return Ignored("media")  # our own audio, echoed on a both-tracks stream
@@ -163,6 +163,10 @@ class Dialect:
             return Started(self.read_start(message))
         if kind == "stop":
             return Stopped()
+        if kind == "error":  # the provider refused something we sent: worth a warning
+            error = _obj(message.get("payload") or {}, "payload")
+            said = " ".join(str(error.get(k, ""))[:60] for k in ("code", "title", "detail"))
+            return Ignored("error", f"{self.name} reports an error: {said.strip()}"[:200])
         return Ignored(message.get("event"))
 
     def encode(self, message: dict[str, Any]) -> str:
@@ -176,6 +180,12 @@ def _at(message: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
+def _obj(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is not an object")
+    return value
+
+
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} is missing")
@@ -186,15 +196,13 @@ def _opt(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _codec(encoding: object, rate: object, known: Mapping[str, Codec], provider: str) -> Codec:
-    codec = known.get(str(encoding)) if isinstance(encoding, str) else None
+def _codec(encoding: object, rate: object, known: Mapping[str, Codec], how: str) -> Codec:
+    """``how``: what to configure at the provider to get G.711 at 8 kHz."""
+    codec = known.get(encoding) if isinstance(encoding, str) else None
     if codec is None:
-        raise ValueError(
-            f"{provider} audio {encoding!r} is not supported here; "
-            f"configure the stream for one of {sorted(known)}"
-        )
+        raise ValueError(f"audio {str(encoding)[:24]!r} is not supported; {how}")
     if rate not in (8000, "8000", None):
-        raise ValueError(f"{provider} audio at {rate!r} Hz is not supported (G.711 is 8000 Hz)")
+        raise ValueError(f"audio at {str(rate)[:12]!r} Hz is not supported; {how}")
     return codec
 
 
@@ -208,15 +216,18 @@ def _string_map(value: object) -> dict[str, str]:
 
 
 def _twilio_start(message: dict[str, Any]) -> CallInfo:
-    start = message["start"]
-    fmt = start.get("mediaFormat") or {}
+    start = _obj(message["start"], "start")
+    fmt = _obj(start.get("mediaFormat") or {}, "mediaFormat")
     params = _string_map(start.get("customParameters"))
     return CallInfo(
         provider="twilio",
         call_id=_text(start.get("callSid"), "callSid"),
         stream_id=_text(start.get("streamSid") or message.get("streamSid"), "streamSid"),
         codec=_codec(
-            fmt.get("encoding"), fmt.get("sampleRate"), {"audio/x-mulaw": "mulaw"}, "Twilio"
+            fmt.get("encoding"),
+            fmt.get("sampleRate"),
+            {"audio/x-mulaw": "mulaw"},
+            "a bidirectional Twilio <Connect><Stream> is audio/x-mulaw at 8000 Hz",
         ),
         sample_rate=8000,
         account_id=_opt(start.get("accountSid")),
@@ -256,10 +267,13 @@ TWILIO = Dialect(
 
 
 def _telnyx_start(message: dict[str, Any]) -> CallInfo:
-    start = message["start"]
-    fmt = start.get("media_format") or {}
+    start = _obj(message["start"], "start")
+    fmt = _obj(start.get("media_format") or {}, "media_format")
     codec = _codec(
-        fmt.get("encoding"), fmt.get("sample_rate"), {"PCMU": "mulaw", "PCMA": "alaw"}, "Telnyx"
+        fmt.get("encoding"),
+        fmt.get("sample_rate"),
+        {"PCMU": "mulaw", "PCMA": "alaw"},
+        'set stream_codec and stream_bidirectional_codec to "PCMU" (or "PCMA"), 8000 Hz',
     )
     params = _string_map(start.get("custom_parameters"))
     client_state = _opt(start.get("client_state"))
@@ -287,7 +301,7 @@ TELNYX = Dialect(
         "mark": "mark",
         "dtmf": "dtmf",
         "stop": "stop",
-        "error": "ignore",
+        "error": "error",
     },
     read_start=_telnyx_start,
     media_message=lambda call, audio: {"event": "media", "media": {"payload": audio}},
@@ -300,9 +314,14 @@ TELNYX = Dialect(
 
 
 def _plivo_start(message: dict[str, Any]) -> CallInfo:
-    start = message["start"]
-    fmt = start.get("mediaFormat") or {}
-    codec = _codec(fmt.get("encoding"), fmt.get("sampleRate"), {"audio/x-mulaw": "mulaw"}, "Plivo")
+    start = _obj(message["start"], "start")
+    fmt = _obj(start.get("mediaFormat") or {}, "mediaFormat")
+    codec = _codec(
+        fmt.get("encoding"),
+        fmt.get("sampleRate"),
+        {"audio/x-mulaw": "mulaw"},
+        'set contentType="audio/x-mulaw;rate=8000" on the <Stream> element',
+    )
     params: dict[str, str] = {}
     extra = message.get("extra_headers")
     if isinstance(extra, str):  # "a=1;b=2" (the docs show both ; and , between pairs)

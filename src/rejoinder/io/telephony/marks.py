@@ -13,7 +13,7 @@ A mark's name carries the *clear epoch* and the sample position it follows
 (``rj-<epoch>-<position>``). A barge-in sends ``clear`` and starts a new epoch at the
 position of the last echo; a provider that echoes the pending marks at once on a clear
 (Twilio) and one that drops them both leave the truth intact, because marks of an old
-epoch are ignored. Names we did not send are ignored too.
+epoch are ignored. Names in another format, or past what was sent, are ignored too.
 
 Audio is sent at most ``lead`` seconds ahead of real time (a flow control, not a truth:
 the provider would buffer minutes, and a clear makes it drop them anyway), cut into
@@ -34,7 +34,7 @@ __all__ = ["MarkedPlayback"]
 
 logger = logging.getLogger("rejoinder.io.telephony")
 
-_MARK = re.compile(r"rj-(\d{1,9})-(\d{1,15})")
+_MARK = re.compile(r"rj-([0-9]{1,9})-([0-9]{1,15})")  # not \d: it takes any Unicode digit
 
 
 class MarkedPlayback(ReportedPlayback):
