@@ -283,35 +283,20 @@ async def test_c2_lifecycle_calls_are_bounded_when_the_audio_output_hangs() -> N
 
 
 class PacedOutput(MemoryAudioOutput):
-    """Takes audio only in real time, ``lead`` seconds ahead (a phone line, a WebRTC
-    track): capture waits, so a long sentence's audio is not all captured when it is
-    interrupted."""
+    """Takes audio only in real time, 0.5 s ahead (a phone line, a WebRTC track): a long
+    sentence's audio is not all captured when it is interrupted. ``leave`` is the
+    listener hanging up."""
 
-    def __init__(self, lead: float = 0.5) -> None:
-        super().__init__(24000)
-        self.lead = lead
-        self._sent = 0.0
-        self._began: float | None = None
+    def __init__(self) -> None:
+        super().__init__(24000, max_lead=0.5)
         self.gone = False
 
     async def capture_frame(self, frame: rj.AudioFrame) -> None:
-        if self.gone:
-            return  # nobody listens any more
-        loop = asyncio.get_running_loop()
-        if self._began is None:
-            self._began = loop.time()
-        ahead = self._began + self._sent - loop.time() - self.lead
-        if ahead > 0:
-            await asyncio.sleep(ahead)
-        self._sent += frame.duration
-        await super().capture_frame(frame)
-
-    def clear_buffer(self) -> None:
-        super().clear_buffer()
-        self._began, self._sent = None, 0.0
+        if not self.gone:
+            await super().capture_frame(frame)
 
     def leave(self) -> None:
-        """The listener hangs up: playback ends where it is, interrupted."""
+        """Playback ends where it is, interrupted; nothing more can be heard."""
         self.gone = True
         self._finish(interrupted=True)
 

@@ -411,6 +411,9 @@ class Setup:
     audio: bool
     away: float
     close_with_drain: bool
+    paced: bool = False
+    """The audio output takes audio only in real time (as a phone line or a WebRTC track
+    does), so capture waits while a reply plays."""
 
 
 setups = st.builds(
@@ -418,6 +421,7 @@ setups = st.builds(
     audio=st.booleans(),
     away=st.sampled_from([1.0, 2.0, 4.0]),
     close_with_drain=st.booleans(),
+    paced=st.booleans(),
 )
 
 
@@ -508,7 +512,7 @@ async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
         userdata=oracle,
     )
     if setup.audio:
-        session.output.audio = MemoryAudioOutput()
+        session.output.audio = MemoryAudioOutput(max_lead=0.3 if setup.paced else None)
     session.output.transcription = MemoryTextOutput()
     StateTimeline(session)  # raises if an event's old state is not the previous new state
     oracle.attach(session)

@@ -18,8 +18,16 @@ from ..models.audio import AudioFrame, AudioInput, AudioOutput
 class MemoryAudioOutput(AudioOutput):
     """Accepts frames instantly and "plays" them on the loop clock."""
 
-    def __init__(self, sample_rate: int = 24000, *, can_pause: bool = True) -> None:
+    def __init__(
+        self, sample_rate: int = 24000, *, can_pause: bool = True, max_lead: float | None = None
+    ) -> None:
+        if max_lead is not None and max_lead < 0:
+            raise ValueError("max_lead must be >= 0")
         super().__init__(sample_rate=sample_rate, can_pause=can_pause)
+        self.max_lead = max_lead
+        """With a value, ``capture_frame`` waits while more than this many seconds are
+        captured but not yet played: an output that takes audio only in real time, as a
+        phone line or a WebRTC track does (None: every frame is taken at once)."""
         self.frames: list[AudioFrame] = []
         """Every frame that was (at least partly) audible, in order."""
         self.played_seconds = 0.0
@@ -44,6 +52,12 @@ class MemoryAudioOutput(AudioOutput):
     async def capture_frame(self, frame: AudioFrame) -> None:
         if self.sample_rate is not None and frame.sample_rate != self.sample_rate:
             raise ValueError(f"expected {self.sample_rate} Hz audio, got {frame.sample_rate} Hz")
+        while self.max_lead is not None and self._started_at is not None:
+            ahead = self._duration - self.position() - self.max_lead
+            if ahead <= 1e-3:  # a clock tick: below it, sleeping would not move time
+                break
+            # Paused, the position stands still: look again a little later.
+            await asyncio.sleep(0.05 if self._paused_at is not None else ahead)
         if self._started_at is None:
             self._started_at = self._now()
             self._paused_for, self._flushed = 0.0, False
