@@ -62,14 +62,25 @@ class Line:
         self.log: list[tuple[str, Any]] = []
         self.sent_at: list[tuple[float, int]] = []
         self.heard: list[Any] = []
+        self.tails: list[AudioFrame] = []
         self.out = MarkedPlayback(
-            RATE, send_media=self._media, send_mark=self._mark, send_clear=self._clear, **options
+            RATE,
+            send_media=self._media,
+            send_mark=self._mark,
+            send_clear=self._clear,
+            send_tail=self._tail,
+            **options,
         )
         self.out.set_listener(lambda: self.heard.append("started"), self.heard.append)
 
     async def _media(self, frame: AudioFrame) -> None:
         self.sent_at.append((now(), frame.samples_per_channel))
         self.log.append(("media", frame.samples_per_channel))
+
+    def _tail(self, frame: AudioFrame) -> None:
+        self.sent_at.append((now(), frame.samples_per_channel))
+        self.log.append(("media", frame.samples_per_channel))
+        self.tails.append(frame)
 
     def _mark(self, name: str) -> None:
         self.log.append(("mark", name))
@@ -102,30 +113,47 @@ def done(seconds: float, interrupted: bool = False) -> PlaybackFinished:
 
 async def test_marks_follow_the_first_chunk_then_every_interval_then_the_end() -> None:
     line = Line()
-    await line.say(0.45)  # 3600 samples
-    assert line.media() == [CHUNK] * 22 + [80]
-    sent, names = 0, []
-    for kind, value in line.log:  # each mark names the samples sent before it
-        if kind == "media":
-            sent += value
-        else:
-            names.append(value)
-            assert value == f"rj-0-{sent}"
+    await line.say(0.45)  # 3600 samples: 22 chunks and a half
+    # Every piece is 20 ms (Telnyx takes no less): the last is padded with silence.
+    assert line.media() == [CHUNK] * 23
+    tail = line.tails[-1].data
+    assert tail[80:].tolist() == [0] * 80 and tail[:80].any()
+    # Each mark names the agent's samples before it (the padding is not the agent's).
+    names = line.marks()
     assert names == ["rj-0-160", "rj-0-1440", "rj-0-2720", "rj-0-3600"]
     assert line.log[1] == ("mark", "rj-0-160")  # right after the first 20 ms
+    assert line.log[-2:] == [("media", CHUNK), ("mark", "rj-0-3600")]
     await line.say(0.1, 0.06)  # the next segment has a start mark of its own
     assert line.marks()[4:] == ["rj-0-3760", "rj-0-4880"]
     assert line.out.marks_sent == 6
 
 
-async def test_a_segment_ending_on_a_mark_gets_no_second_one_and_frames_are_chunked() -> None:
+async def test_a_segment_ending_on_a_mark_gets_no_second_one_and_pieces_span_frames() -> None:
     line = Line()
     await line.say(0.02)
     assert line.log == [("media", CHUNK), ("mark", "rj-0-160")]
     line = Line(mark_interval=0.04)
-    await line.say(0.03, 0.07)  # pieces never cross a frame and are at most 20 ms
-    assert line.media() == [160, 80, 160, 160, 160, 80]
-    assert line.marks() == ["rj-0-160", "rj-0-560", "rj-0-800"]
+    await line.say(0.03, 0.07)  # 240 + 560 samples: what a frame leaves over starts the next
+    assert line.media() == [160] * 5
+    assert line.tails == []
+    assert line.marks() == ["rj-0-160", "rj-0-480", "rj-0-800"]
+
+
+async def test_an_end_mark_never_echoed_is_taken_as_heard_after_the_timeout() -> None:
+    # A provider that echoes nothing (a one-way stream) must not keep the agent speaking.
+    line = Line(echo_timeout=2.0, lead=10.0)
+    await line.say(0.5)  # sent at once (lead 10 s): it should have played by t+0.5
+    assert line.heard == []
+    await advance(2.4)
+    assert line.heard == []
+    await advance(0.2)
+    assert line.heard == ["started", done(0.5)]
+    # An echo that comes in time leaves the timer nothing to do.
+    await line.say(0.2)
+    line.echo("rj-0-4160", "rj-0-5600")
+    assert line.heard[-1] == done(0.2)
+    await advance(5.0)
+    assert len(line.heard) == 4
 
 
 async def test_speaking_follows_the_echoes_not_the_sending() -> None:
@@ -238,7 +266,8 @@ async def test_close_ends_open_segments_interrupted() -> None:
     assert line.heard == ["started", done(0.18, True)]  # the unstarted one: nothing heard
     line.echo("rj-0-3600")
     await line.say(0.1)
-    assert line.heard == ["started", done(0.18, True)] and sum(line.media()) == 4400
+    # Nothing more went out: 0.45 s (its last piece padded to 20 ms) and 0.1 s.
+    assert line.heard == ["started", done(0.18, True)] and sum(line.media()) == 3680 + 800
 
 
 # ------------------------------------------------------------------ dialects

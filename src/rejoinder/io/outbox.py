@@ -80,6 +80,15 @@ class Outbox:
         self._items.append(_Audio(data))
         self._ready.set()
 
+    def put_audio_now(self, data: str | bytes) -> None:
+        """Queue audio without waiting for room (a segment's last small piece, from code
+        that cannot wait); ``clear_audio`` drops it like any other."""
+        if self.closing:
+            return
+        self._audio += len(data)
+        self._items.append(_Audio(data))
+        self._ready.set()
+
     def clear_audio(self) -> None:
         self._generation += 1
         if self._audio:

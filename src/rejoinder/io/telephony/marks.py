@@ -16,8 +16,14 @@ position of the last echo; a provider that echoes the pending marks at once on a
 epoch are ignored. Names in another format, or past what was sent, are ignored too.
 
 Audio is sent at most ``lead`` seconds ahead of real time (a flow control, not a truth:
-the provider would buffer minutes, and a clear makes it drop them anyway), cut into
-``chunk`` pieces so marks fall on 20 ms boundaries.
+the provider would buffer minutes, and a clear makes it drop them anyway), in pieces of
+exactly ``chunk`` (20 ms: Telnyx takes no less), so marks fall on 20 ms boundaries; what
+is left of a frame waits for the next one, and a segment's last piece is padded with
+silence (the padding plays, but never counts as the agent's audio).
+
+A provider that echoes no marks at all (a one-way stream, say) must not leave the agent
+``speaking`` forever: once a segment's end mark is ``echo_timeout`` seconds overdue (by
+the send clock), the segment is taken as played, with a warning.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from ...models.audio import AudioFrame
+import numpy as np
+
+from ...models.audio import PCM16, AudioFrame
 from ..playback import ReportedPlayback
 
 __all__ = ["MarkedPlayback"]
@@ -41,8 +49,9 @@ class MarkedPlayback(ReportedPlayback):
     """``ReportedPlayback`` fed by echoed marks instead of ``played`` counts.
 
     ``send_media(frame)`` sends one chunk (awaiting it is the socket's backpressure),
-    ``send_mark(name)`` and ``send_clear()`` queue a control message; none may raise.
-    The transport calls ``on_mark(name)`` for each mark the provider echoes.
+    ``send_tail(frame)`` the last one of a segment without waiting, ``send_mark(name)``
+    and ``send_clear()`` queue a control message; none may raise. The transport calls
+    ``on_mark(name)`` for each mark the provider echoes.
     """
 
     def __init__(
@@ -52,18 +61,26 @@ class MarkedPlayback(ReportedPlayback):
         send_media: Callable[[AudioFrame], Awaitable[None]],
         send_mark: Callable[[str], None],
         send_clear: Callable[[], None],
+        send_tail: Callable[[AudioFrame], None],
         mark_interval: float = 0.16,
         chunk: float = 0.02,
         lead: float = 1.0,
+        echo_timeout: float = 5.0,
     ) -> None:
         if not 0 < chunk <= mark_interval:
             raise ValueError("need 0 < chunk <= mark_interval")
-        if lead < 0:
-            raise ValueError("lead must be >= 0")
+        if lead < 0 or echo_timeout <= 0:
+            raise ValueError("lead must be >= 0 and echo_timeout positive")
         super().__init__(sample_rate, self._send_chunks, self._clear_sent)
         self._send_media = send_media
         self._send_mark = send_mark
         self._send_clear_message = send_clear
+        self._send_tail = send_tail
+        self._echo_timeout = echo_timeout
+        self._overdue: asyncio.TimerHandle | None = None
+        self._warned = False
+        self._carry: PCM16 = np.zeros(0, np.int16)
+        """The start of a chunk: what a frame left over for the next one."""
         self._chunk = max(1, round(chunk * sample_rate))
         self._interval = max(1, round(mark_interval * sample_rate))
         self._lead = lead
@@ -84,19 +101,30 @@ class MarkedPlayback(ReportedPlayback):
 
     async def _send_chunks(self, frame: AudioFrame) -> None:
         epoch = self._epoch
-        data = frame.data
-        for start in range(0, len(data), self._chunk):
+        data = np.concatenate((self._carry, frame.data)) if self._carry.size else frame.data
+        self._carry = np.zeros(0, np.int16)
+        whole = len(data) - len(data) % self._chunk
+        for start in range(0, whole, self._chunk):
             await self._pace()
             if epoch != self._epoch or self.closed:
                 return  # cleared (or gone) meanwhile: the rest of this frame is unheard
-            piece = AudioFrame(data[start : start + self._chunk], frame.sample_rate)
-            await self._send_media(piece)
+            await self._send_media(AudioFrame(data[start : start + self._chunk], self.rate))
             if epoch != self._epoch:
                 return
-            self._epoch_sent += piece.samples_per_channel
-            self._due += piece.samples_per_channel / frame.sample_rate
-            if self._marked is None or self._epoch_sent - self._marked >= self._interval:
-                self._mark()
+            self._sent_piece(self._chunk, self._chunk)
+        self._carry = data[whole:]
+
+    def _sent_piece(self, audio: int, played: int) -> None:
+        """``audio`` samples of the agent's went out, taking ``played`` samples of time."""
+        self._epoch_sent += audio
+        self._due = max(self._due, asyncio.get_running_loop().time()) + played / self.rate
+        if self._marked is None or self._epoch_sent - self._marked >= self._interval:
+            self._mark()
+
+    @property
+    def rate(self) -> int:
+        assert self.sample_rate is not None
+        return self.sample_rate
 
     async def _pace(self) -> None:
         loop = asyncio.get_running_loop()
@@ -107,10 +135,39 @@ class MarkedPlayback(ReportedPlayback):
             await asyncio.sleep(ahead)
 
     def flush(self) -> None:
+        carry, self._carry = self._carry, np.zeros(0, np.int16)
+        if carry.size and not self.closed:
+            padded = np.zeros(self._chunk, np.int16)
+            padded[: carry.size] = carry
+            self._send_tail(AudioFrame(padded, self.rate))
+            self._sent_piece(carry.size, self._chunk)
         super().flush()
         if self._marked is not None and self._marked != self._epoch_sent:
             self._mark()  # the segment's end: its echo is when the caller heard it all
+        if self._marked is not None:
+            self._expect_echo()
         self._marked = None  # the next segment starts with a mark of its own
+
+    def _expect_echo(self) -> None:
+        """Past ``echo_timeout`` after this audio should have played, take it as played."""
+        if self._overdue is not None:
+            self._overdue.cancel()
+        loop = asyncio.get_running_loop()
+        when = max(self._due, loop.time()) + self._echo_timeout
+        self._overdue = loop.call_at(when, self._echo_overdue, self._epoch, self._epoch_sent)
+
+    def _echo_overdue(self, epoch: int, position: int) -> None:
+        self._overdue = None
+        if epoch != self._epoch or self.played_samples >= self._epoch_base + position:
+            return
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "no mark echoed %.0f s after the audio should have played: taking it as "
+                "heard (is the stream bidirectional?)",
+                self._echo_timeout,
+            )
+        self.on_played(self._epoch_base + position)
 
     def _mark(self) -> None:
         self._marked = self._epoch_sent
@@ -118,8 +175,12 @@ class MarkedPlayback(ReportedPlayback):
         self._send_mark(f"rj-{self._epoch}-{self._epoch_sent}")
 
     def _clear_sent(self) -> None:
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
         self._epoch += 1
         self._epoch_sent = 0
+        self._carry = np.zeros(0, np.int16)
         self._marked = None
         self._due = 0.0
         self._cleared = True
@@ -150,3 +211,9 @@ class MarkedPlayback(ReportedPlayback):
             return
         self.marks_echoed += 1
         self.on_played(self._epoch_base + position)
+
+    def close(self) -> None:
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
+        super().close()

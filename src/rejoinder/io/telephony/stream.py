@@ -185,6 +185,7 @@ class MediaStreamPeer:
             send_media=self._send_media,
             send_mark=self._send_mark,
             send_clear=self._send_clear,
+            send_tail=self._send_tail,
             mark_interval=opts.mark_interval,
             lead=opts.lead,
         )
@@ -211,10 +212,16 @@ class MediaStreamPeer:
             self._junk(Ignored("media", "caller audio arrives faster than it is heard"))
 
     async def _send_media(self, frame: AudioFrame) -> None:
+        await self.outbox.put_audio(self._media_message(frame))
+
+    def _send_tail(self, frame: AudioFrame) -> None:
+        self.outbox.put_audio_now(self._media_message(frame))
+
+    def _media_message(self, frame: AudioFrame) -> str:
         call = self.call
         assert call is not None
         payload = base64.b64encode(_ENCODE[call.codec](frame.data)).decode("ascii")
-        await self.outbox.put_audio(self.dialect.encode(self.dialect.media_message(call, payload)))
+        return self.dialect.encode(self.dialect.media_message(call, payload))
 
     def _send_mark(self, name: str) -> None:
         assert self.call is not None
