@@ -18,15 +18,7 @@ from contextlib import aclosing
 from typing import Any
 
 from ..floor import Obligation, ObligationKind
-from ..models import (
-    LLM,
-    ChatChunk,
-    ChatItem,
-    ChatMessage,
-    FunctionCall,
-    LLMError,
-    StopResponse,
-)
+from ..models import LLM, ChatChunk, ChatItem, ChatMessage, FunctionCall, LLMError, StopResponse
 from ..models.chat import new_id
 from ..models.tts import TTSError
 from .agent import Agent
@@ -303,8 +295,8 @@ class AgentActivity:
                 except asyncio.CancelledError:
                     if not speech._take_cut():
                         raise
-            # A cut ends the output, not the tools.
-            cut = speech._cutting or delivery.cut_short  # paused for a task, or listener left
+            # A cut (paused for a task, or the listener left) ends the output, not the tools.
+            cut = speech._cutting or delivery.cut_short
             self._end_playout(speech, reply, delivery, interrupted=cut)
             if runs:
                 chained = await self._settle_tools(speech, runs)
