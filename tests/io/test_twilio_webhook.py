@@ -20,6 +20,7 @@ from rejoinder.io.telephony.twilio_webhook import (
     twiml_connect_stream,
     validate_twilio_signature,
     webhook_url_for,
+    xml_can_carry,
 )
 
 # The worked example of https://www.twilio.com/docs/usage/security ("Validating requests are
@@ -47,6 +48,28 @@ def test_the_documented_example() -> None:
     assert validate_twilio_signature(DOC_TOKEN, DOC_URL, DOC_PARAMS, DOC_SIGNATURE)
     older = {**DOC_PARAMS, "Caller": "+14158675309", "From": "+14158675309"}
     assert twilio_signature(DOC_TOKEN, DOC_URL, older) == "RSOYDt4T1cUTdK1PDd93/VVr8B8="
+
+
+def test_the_current_documented_example() -> None:
+    # The page as it reads now: example.com and +14158675310 (recomputed by hand too).
+    url = "https://example.com/myapp.php?foo=1&bar=2"
+    params = {
+        "Digits": "1234",
+        "To": "+18005551212",
+        "From": "+14158675310",
+        "Caller": "+14158675310",
+        "CallSid": "CA1234567890ABCDE",
+    }
+    signed = (
+        "https://example.com/myapp.php?foo=1&bar=2CallSidCA1234567890ABCDE"
+        "Caller+14158675310Digits1234From+14158675310To+18005551212"
+    )
+    expected = "L/OH5YylLD5NRKLltdqwSvS0BnU="
+    assert by_hand("12345", signed) == expected
+    assert twilio_signature("12345", url, params) == expected
+    assert validate_twilio_signature("12345", url, params, expected)
+    assert validate_twilio_signature("12345", url.replace(".com/", ".com:443/"), params, expected)
+    assert not validate_twilio_signature("12345", url, {**params, "To": "+18005551213"}, expected)
 
 
 def test_parameters_are_sorted_by_name_whatever_their_order() -> None:
@@ -317,3 +340,9 @@ def test_bad_limits_are_refused(ttl: float, max_entries: int) -> None:
 def test_an_empty_call_sid_cannot_be_announced() -> None:
     with pytest.raises(ValueError, match="call_sid"):
         AnnouncedStreams().announce("", now=0.0)
+
+
+def test_xml_can_carry() -> None:
+    assert xml_can_carry("+1 <&> é")
+    for bad in (None, "", "+1\x01", "\ud800", "\ufffe"):
+        assert not xml_can_carry(bad)

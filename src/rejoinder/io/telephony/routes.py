@@ -39,6 +39,7 @@ from .twilio_webhook import (
     twiml_connect_stream,
     validate_twilio_signature,
     webhook_url_for,
+    xml_can_carry,
 )
 
 __all__ = ["PROVIDERS", "add_telephony_routes"]
@@ -63,6 +64,8 @@ def add_telephony_routes(
     unknown = sorted(set(providers) - set(DIALECTS))
     if unknown:
         raise ValueError(f"unknown telephony provider {unknown}; choose from {list(DIALECTS)}")
+    if opts.public_url is not None:  # a bad one fails here, not in every webhook
+        stream_url_for("http://localhost/", opts.public_url)
     for name in dict.fromkeys(providers):
         if name == "twilio":
             _twilio(app, entrypoint, gate, opts)
@@ -85,17 +88,19 @@ def _twilio(
 
     async def webhook(request: web.Request) -> web.Response:
         form = await request.post()
-        params = {k: v for k, v in form.items() if isinstance(v, str)}
+        params = {k: v for k, v in form.items() if isinstance(v, str)}  # the last of each
         token = opts.twilio_auth_token
         if token is not None:
             url = webhook_url_for(str(request.url), opts.public_url)
             signature = request.headers.get("X-Twilio-Signature", "")
-            if not validate_twilio_signature(token, url, params, signature):
+            signed = {k: [v for v in form.getall(k) if isinstance(v, str)] for k in params}
+            if not validate_twilio_signature(token, url, signed, signature):
                 logger.warning("twilio webhook from %s: bad signature", request.remote)
                 return web.Response(status=403, text="invalid X-Twilio-Signature")
         if gate.refusal() is not None:
             return _xml(_reject_busy())
-        stream_params = {k: params[k] for k in ("From", "To") if params.get(k)}
+        # (what XML cannot carry is left out: the call is answered all the same)
+        stream_params = {k: params[k] for k in ("From", "To") if xml_can_carry(params.get(k))}
         call_sid = params.get("CallSid", "")
         if token is not None:
             if not call_sid:

@@ -42,6 +42,7 @@ __all__ = [
     "twiml_connect_stream",
     "validate_twilio_signature",
     "webhook_url_for",
+    "xml_can_carry",
 ]
 
 TOKEN_PARAMETER = "rejoinder_token"
@@ -129,6 +130,11 @@ def twiml_connect_stream(stream_url: str, parameters: Mapping[str, str] | None =
             raise ValueError("a <Parameter> name must not be empty")
         ET.SubElement(stream, "Parameter", name=_xml_safe(name), value=_xml_safe(value))
     return '<?xml version="1.0" encoding="UTF-8"?>' + ET.tostring(response, encoding="unicode")
+
+
+def xml_can_carry(text: str | None) -> bool:
+    """Whether ``text`` is a non-empty string XML 1.0 can carry (escaped as needed)."""
+    return bool(text) and isinstance(text, str) and _NOT_XML.search(text) is None
 
 
 def _xml_safe(text: str) -> str:
