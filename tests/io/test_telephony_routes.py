@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import aiohttp
 import numpy as np
@@ -231,6 +232,20 @@ async def test_a_repeated_form_field_is_signed_value_by_value(serve: Serve) -> N
         assert r.status == 403
 
 
+async def test_a_webhook_by_get_is_signed_over_its_url(serve: Serve) -> None:
+    # A number's voice URL may use GET: the parameters are in the query Twilio signed.
+    served = await serve(twilio_auth_token=AUTH)
+    url = served.base + "/twilio/twiml?" + urlencode(CALL)
+    signed = {"X-Twilio-Signature": twilio_signature(AUTH, url, {})}
+    async with served.http.get(url, headers=signed) as resp:
+        assert resp.status == 200
+        _, params = stream_of(await resp.text())
+    assert params["From"] == CALL["From"] and TOKEN_PARAMETER in params
+    tampered = url.replace("CA", "CB")
+    async with served.http.get(tampered, headers=signed) as resp:
+        assert resp.status == 403
+
+
 def test_a_bad_public_url_fails_when_the_app_is_made() -> None:
     with pytest.raises(ValueError, match="public URL"):
         create_app(
@@ -310,6 +325,8 @@ async def test_a_full_server_rejects_calls_busy_on_every_route(serve: Serve) -> 
             ("Hangup", {"reason": "busy"})
         ]
         assert not call.closed  # the live call is untouched
+        async with served.http.get(served.base + "/metrics") as resp:
+            assert "rejoinder_sessions_refused_total 4" in await resp.text()
     await until(lambda: bool(served.closes[0]))
     await asyncio.sleep(0.05)
     status, body = await served.post("/twilio/twiml", CALL)

@@ -16,16 +16,15 @@ close code (``CloseCode``: non-JSON text 1007, oversize frames 1009, audio befor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from ..models.audio import AudioFrame
 from .connection import Connection, Entrypoint, PushAudioInput
-from .outbox import CloseRequest, Outbox, bounded, write_outbox
+from .outbox import CloseRequest, Outbox
 from .playback import ReportedPlayback
 from .protocol import (
     MAX_TEXT_CHARS,
@@ -39,6 +38,7 @@ from .protocol import (
     encode,
     parse_client_message,
 )
+from .socket_loop import serve_socket
 
 __all__ = [
     "CloseRequest",
@@ -217,40 +217,23 @@ def websocket_handler(
         )
         await ws.prepare(request)
         peer = WebSocketPeer(opts, remote=request.remote, query=dict(request.query))
-        writer = asyncio.create_task(write_outbox(ws, peer.outbox), name="rejoinder-ws-writer")
-        agent: asyncio.Task[None] | None = None
-        loop = asyncio.get_running_loop()
 
         def no_start() -> None:
             if peer.connection is None:
                 peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
 
-        start_deadline = loop.call_later(opts.start_timeout, no_start)
-        try:
-            # The writer's close (after a fail(), or once the agent is done) wakes this
-            # loop with CLOSING; aiohttp itself closes with 1009 on an oversize frame.
-            async for msg in ws:
-                if msg.type == WSMsgType.TEXT:
-                    conn = peer.receive_text(msg.data)
-                    if conn is not None:
-                        start_deadline.cancel()
-                        agent = asyncio.create_task(
-                            _run_agent(runner, entrypoint, conn, peer), name="rejoinder-agent"
-                        )
-                elif msg.type == WSMsgType.BINARY:
-                    peer.receive_bytes(msg.data)
-                elif msg.type == WSMsgType.ERROR:
-                    logger.info("websocket %s: %r", request.remote, ws.exception())
-                    break
-        finally:
-            start_deadline.cancel()
-            peer.client_left()
-            if agent is not None:
-                await bounded(agent, opts.close_timeout, "the entry point")
-            await bounded(writer, 5.0, "the socket writer")
-            if not ws.closed:
-                with contextlib.suppress(Exception):
-                    await ws.close()
+        await serve_socket(
+            ws,
+            peer.outbox,
+            receive_text=peer.receive_text,
+            receive_bytes=peer.receive_bytes,
+            run_agent=lambda conn: _run_agent(runner, entrypoint, conn, peer),
+            no_start=no_start,
+            left=peer.client_left,
+            start_timeout=opts.start_timeout,
+            close_timeout=opts.close_timeout,
+            name="ws",
+        )
         return ws
 
     return handle

@@ -19,17 +19,17 @@ was accepted: the TwiML carries a one-time token back as a custom parameter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Sequence
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
+from multidict import MultiDict
 
 from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
-from ..outbox import bounded, write_outbox
 from ..protocol import CloseCode
+from ..socket_loop import serve_socket
 from .dialects import DIALECTS, CallInfo, Dialect
 from .stream import MediaStreamPeer, TelephonyOptions
 from .twilio_webhook import (
@@ -87,18 +87,22 @@ def _twilio(
     loop_time = _loop_time
 
     async def webhook(request: web.Request) -> web.Response:
-        form = await request.post()
-        params = {k: v for k, v in form.items() if isinstance(v, str)}  # the last of each
+        # A number's voice URL may be set to POST (the default) or GET: Twilio signs the
+        # form's parameters, or only the URL, whose query then holds them.
+        form = await request.post() if request.method == "POST" else MultiDict[str]()
+        fields = form if request.method == "POST" else request.query
+        params = {k: v for k, v in fields.items() if isinstance(v, str)}  # the last of each
         token = opts.twilio_auth_token
         if token is not None:
             url = webhook_url_for(str(request.url), opts.public_url)
             signature = request.headers.get("X-Twilio-Signature", "")
-            signed = {k: [v for v in form.getall(k) if isinstance(v, str)] for k in params}
+            signed = {k: [v for v in form.getall(k) if isinstance(v, str)] for k in form}
             if not validate_twilio_signature(token, url, signed, signature):
                 logger.warning("twilio webhook from %s: bad signature", request.remote)
                 return web.Response(status=403, text="invalid X-Twilio-Signature")
-        if gate.refusal() is not None:
-            return _xml(_reject_busy())
+        with gate.admit() as admission:  # counted as refused in /metrics when full
+            if admission is None:
+                return _xml(_reject_busy())
         # (what XML cannot carry is left out: the call is answered all the same)
         stream_params = {k: params[k] for k in ("From", "To") if xml_can_carry(params.get(k))}
         call_sid = params.get("CallSid", "")
@@ -118,6 +122,7 @@ def _twilio(
         return "stream not announced by an accepted webhook"
 
     app.router.add_post("/twilio/twiml", webhook)
+    app.router.add_get("/twilio/twiml", webhook)
     app.router.add_get("/twilio", _media_route(entrypoint, DIALECTS["twilio"], gate, opts, admit))
 
 
@@ -125,10 +130,11 @@ def _plivo_answer(
     gate: SessionGate[Connection], opts: TelephonyOptions
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def answer(request: web.Request) -> web.Response:
-        if gate.refusal() is not None:
-            response = ET.Element("Response")
-            ET.SubElement(response, "Hangup", reason="busy")
-            return _xml(_document(response))
+        with gate.admit() as admission:  # counted as refused in /metrics when full
+            if admission is None:
+                response = ET.Element("Response")
+                ET.SubElement(response, "Hangup", reason="busy")
+                return _xml(_document(response))
         response = ET.Element("Response")
         stream = ET.SubElement(
             response,
@@ -174,8 +180,6 @@ async def _serve_stream(
     peer = MediaStreamPeer(
         dialect, opts, remote=request.remote, query=dict(request.query), admit=admit
     )
-    writer = asyncio.create_task(write_outbox(ws, peer.outbox), name="rejoinder-call-writer")
-    agent: asyncio.Task[None] | None = None
     loop = asyncio.get_running_loop()
 
     def no_start() -> None:
@@ -183,30 +187,19 @@ async def _serve_stream(
             logger.warning("%s stream from %s sent no start", dialect.name, request.remote)
             peer.client_left("no start message")
 
-    start_deadline = loop.call_later(opts.start_timeout, no_start)
-    try:
-        async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
-                conn = peer.receive_text(msg.data, loop.time())
-                if conn is not None:
-                    start_deadline.cancel()
-                    agent = asyncio.create_task(
-                        _run_call(run, entrypoint, conn, peer), name="rejoinder-call"
-                    )
-            elif msg.type == WSMsgType.BINARY:
-                peer.receive_bytes(msg.data)
-            elif msg.type == WSMsgType.ERROR:
-                logger.info("%s stream %s: %r", dialect.name, request.remote, ws.exception())
-                break
-    finally:
-        start_deadline.cancel()
-        peer.client_left("connection lost")  # no-op after a stop: its reason stands
-        if agent is not None:
-            await bounded(agent, opts.close_timeout, "the entry point")
-        await bounded(writer, 5.0, "the socket writer")
-        if not ws.closed:
-            with contextlib.suppress(Exception):
-                await ws.close()
+    await serve_socket(
+        ws,
+        peer.outbox,
+        receive_text=lambda text: peer.receive_text(text, loop.time()),
+        receive_bytes=peer.receive_bytes,
+        run_agent=lambda conn: _run_call(run, entrypoint, conn, peer),
+        no_start=no_start,
+        # a no-op after a stop: its reason ("call ended") stands
+        left=lambda: peer.client_left("connection lost"),
+        start_timeout=opts.start_timeout,
+        close_timeout=opts.close_timeout,
+        name=f"{dialect.name}-call",
+    )
     return ws
 
 
