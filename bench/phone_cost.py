@@ -45,14 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
 
-from rejoinder.models import g711
 from rejoinder.testing import FakePhoneCall
 from ws_cost import AGENT, HERE, Server, free_port, load_average
 
@@ -87,27 +85,8 @@ class PhoneServer(Server):
 # -------------------------------------------------------------------- the calls
 
 
-@dataclass
-class NoisyLineCall(FakePhoneCall):
-    """A FakePhoneCall whose line carries ``line`` (μ-law chunks of 20 ms, cycled) instead of
-    digital silence whenever the caller says nothing."""
-
-    line: list[bytes] = field(default_factory=list)
-    _line_no: int = 0
-
-    async def _send_mic(self) -> None:
-        if not self._mic and self.line:
-            self._mic.append(self.line[self._line_no % len(self.line)])
-            self._line_no += 1
-        await super()._send_mic()
-
-
-def line_noise(seed: int) -> list[bytes]:
-    """1 s of low noise (σ = 30 of 32768, about -60 dBFS) as 50 μ-law chunks."""
-    rng = np.random.default_rng(seed)
-    pcm = np.clip(rng.normal(0, 30, RATE), -32768, 32767).astype(np.int16)
-    data = g711.ulaw_encode(pcm)
-    return [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
+LINE_NOISE = 30.0
+"""RMS of the idle line's noise (of 32768, about -60 dBFS): Silero runs on real audio."""
 
 
 class Caller:
@@ -131,7 +110,7 @@ class Caller:
 
     @property
     def sent(self) -> int:
-        return self.call._chunk_no  # media messages sent (FakePhoneCall has no public count)
+        return self.call.media_sent
 
     async def _answer_heard(self, before: int, quiet: float = 0.5) -> bool:
         """The answer began arriving (within 8 s), then all of it was played and nothing
@@ -208,11 +187,11 @@ async def run(
         async with asyncio.timeout(60):
             for i in range(sessions):
                 ws = await http.ws_connect(url)
-                call = NoisyLineCall(
+                call = FakePhoneCall(
                     ws,
                     call_sid=f"CA{i + 1:032x}",
                     stream_sid=f"MZ{i + 1:032x}",
-                    line=line_noise(i) if args.line == "noise" else [],
+                    line_noise=LINE_NOISE if args.line == "noise" else 0.0,
                 )
                 await call.start({"From": f"+1555{i:07d}", "To": "+15550000000"})
                 callers.append(Caller(call))

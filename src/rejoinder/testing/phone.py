@@ -58,11 +58,16 @@ class FakePhoneCall:
     jitter: float = 0.06
     """Audio buffered before a burst starts playing (as a real jitter buffer)."""
     marks_on_clear: Literal["echo", "drop"] = "echo"
+    line_noise: float = 0.0
+    """RMS level (of 32768) of the noise an idle line carries: 0 is digital silence, ~30
+    a quiet phone line (so a VAD has real audio to work on between phrases)."""
     heard: list[Heard] = field(default_factory=list)
     marks_received: list[tuple[float, str]] = field(default_factory=list)
     marks_echoed: list[tuple[float, str]] = field(default_factory=list)
     clears: list[float] = field(default_factory=list)
     received_samples: int = 0
+    media_sent: int = 0
+    """Media messages (20 ms each) sent so far: phrases and the idle line."""
     other: list[dict[str, Any]] = field(default_factory=list)
     """Messages that were neither media, mark nor clear (there should be none)."""
     close_code: int | None = None
@@ -76,6 +81,7 @@ class FakePhoneCall:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _began: float = 0.0
+    _noise: list[bytes] = field(default_factory=list)
 
     # ---------------------------------------------------------------- setup
 
@@ -101,6 +107,11 @@ class FakePhoneCall:
                 await call.aclose()
 
     async def start(self, parameters: Mapping[str, str]) -> None:
+        if self.line_noise > 0:  # one second of it, looped
+            rng = np.random.default_rng(abs(hash(self.call_sid)) % 2**32)
+            noise = rng.normal(0.0, self.line_noise, RATE).clip(-32768, 32767)
+            encoded = g711.ulaw_encode(noise.astype(np.int16))
+            self._noise = [encoded[i : i + CHUNK] for i in range(0, RATE, CHUNK)]
         loop = asyncio.get_running_loop()
         self._began = loop.time()
         await self._send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
@@ -263,8 +274,14 @@ class FakePhoneCall:
             self._changed.set()
 
     async def _send_mic(self) -> None:
-        payload = self._mic.popleft() if self._mic else SILENCE
+        if self._mic:
+            payload = self._mic.popleft()
+        elif self._noise:
+            payload = self._noise[self._chunk_no % len(self._noise)]
+        else:
+            payload = SILENCE
         self._chunk_no += 1
+        self.media_sent = self._chunk_no
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self._send(
                 {
