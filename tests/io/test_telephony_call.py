@@ -112,7 +112,7 @@ REPLY = "It is noon in Paris."
 async def test_h1_a_question_answered_speaking_follows_the_echoed_marks(
     serve: Callable[..., Awaitable[Served]],
 ) -> None:
-    served = await serve(scripted([[REPLY]], ["what time is it in Paris"]))
+    served = await serve(scripted([[REPLY]], ["What time is it in Paris?"]))
     async with FakePhoneCall.connect(served.url, parameters={"customer": "42"}) as call:
         await call.silence(0.2)
         await call.say(tone(0.5), 8000)
@@ -151,7 +151,7 @@ LONG = "This is a long answer that keeps going for quite a while, " * 3
 async def test_h2_barge_in_clears_the_line_and_history_keeps_what_was_heard(
     serve: Callable[..., Awaitable[Served]], marks_on_clear: str
 ) -> None:
-    served = await serve(scripted([[LONG], ["Yes?"]], ["tell me", "wait"]))
+    served = await serve(scripted([[LONG], ["Yes?"]], ["Tell me.", "Wait."]))
     async with FakePhoneCall.connect(served.url, marks_on_clear=marks_on_clear) as call:
         await call.say(tone(0.4), 8000)
         await call.until(lambda: call.heard_seconds() > 1.5, 10)
@@ -197,7 +197,7 @@ async def test_h3_a_pin_collected_from_the_keypad(
         return rj.Agent(instructions="bank", tools=[check_pin])
 
     served = await serve(
-        scripted([["One moment.", ToolCall("check_pin")], ["Thanks."]], ["my account"]),
+        scripted([["One moment.", ToolCall("check_pin")], ["Thanks."]], ["My account."]),
         agent,
     )
     async with FakePhoneCall.connect(served.url) as call:
@@ -215,7 +215,7 @@ async def test_h3_a_pin_collected_from_the_keypad(
 
 
 async def test_caller_hangs_up_mid_reply(serve: Callable[..., Awaitable[Served]]) -> None:
-    served = await serve(scripted([[LONG]], ["go on"]))
+    served = await serve(scripted([[LONG]], ["Go on."]))
     async with FakePhoneCall.connect(served.url) as call:
         await call.say(tone(0.4), 8000)
         await call.until(lambda: call.heard_seconds() > 1.0, 10)
@@ -231,7 +231,7 @@ async def test_caller_hangs_up_mid_reply(serve: Callable[..., Awaitable[Served]]
 async def test_a_dropped_socket_ends_the_session_as_connection_lost(
     serve: Callable[..., Awaitable[Served]],
 ) -> None:
-    served = await serve(scripted([[LONG]], ["go on"]))
+    served = await serve(scripted([[LONG]], ["Go on."]))
     async with FakePhoneCall.connect(served.url) as call:
         await call.say(tone(0.4), 8000)
         await call.until(lambda: call.heard_seconds() > 0.5, 10)
@@ -250,7 +250,7 @@ async def test_the_agent_hangs_up_after_its_goodbye(
         return "ok"
 
     served = await serve(
-        scripted([["Goodbye!", ToolCall("end_call")], []], ["bye"]),
+        scripted([["Goodbye!", ToolCall("end_call")], []], ["Bye."]),
         lambda: rj.Agent(instructions="t", tools=[end_call]),
     )
     async with FakePhoneCall.connect(served.url) as call:
@@ -268,7 +268,7 @@ async def test_twenty_calls_at_once_are_independent(
 
     def make() -> rj.AgentSession[Any]:
         n = next(counter)
-        return scripted([[f"Answer {n}."]], [f"question {n}"])()
+        return scripted([[f"Answer {n}."]], [f"Question {n}."])()
 
     served = await serve(make)
 
