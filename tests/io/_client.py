@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 import rejoinder as rj
+from rejoinder.io.outbox import CloseRequest, Outbox
 from rejoinder.io.protocol import (
     AgentStateMessage,
     Clear,
@@ -230,3 +231,16 @@ def scripted_session(
         )
 
     return make
+
+
+async def written(outbox: Outbox) -> list[Any]:
+    """Everything an outbox holds now (JSON text decoded), up to and with its close."""
+    items: list[Any] = []
+    while True:
+        try:
+            item = await asyncio.wait_for(outbox.get(), 0.01)
+        except TimeoutError:
+            return items
+        items.append(json.loads(item) if isinstance(item, str) else item)
+        if isinstance(item, CloseRequest):
+            return items

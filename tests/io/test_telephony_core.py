@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.io.outbox import CloseRequest, Outbox
+from rejoinder.io.outbox import CloseRequest
 from rejoinder.io.protocol import CloseCode
 from rejoinder.io.telephony import (
     PLIVO,
@@ -39,6 +39,8 @@ from rejoinder.io.telephony.dialects import (
 from rejoinder.models import g711
 from rejoinder.models.audio import AudioFrame, PlaybackFinished
 from rejoinder.testing import ScriptedLLM, advance
+
+from ._client import written
 
 RATE = 8000
 CHUNK = 160  # 20 ms at 8 kHz
@@ -526,18 +528,6 @@ def test_a_peer_fed_random_frames_never_breaks(data: st.DataObject) -> None:
 
 
 # ---------------------------------------------------------------- MediaStreamPeer
-
-
-async def written(outbox: Outbox) -> list[Any]:
-    items: list[Any] = []
-    while True:
-        try:
-            item = await asyncio.wait_for(outbox.get(), 0.01)
-        except TimeoutError:
-            return items
-        items.append(json.loads(item) if isinstance(item, str) else item)
-        if isinstance(item, CloseRequest):
-            return items
 
 
 def media_frame(payload: bytes) -> str:

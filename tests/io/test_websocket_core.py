@@ -15,17 +15,7 @@ from rejoinder.io.protocol import CloseCode
 from rejoinder.io.websocket import CloseRequest, Outbox, WebSocketOptions, WebSocketPeer
 from rejoinder.testing import ScriptedLLM, ScriptedTTS, advance
 
-
-async def written(outbox: Outbox) -> list[Any]:
-    items: list[Any] = []
-    while True:
-        try:
-            item = await asyncio.wait_for(outbox.get(), 0.01)
-        except TimeoutError:
-            return items
-        items.append(json.loads(item) if isinstance(item, str) else item)
-        if isinstance(item, CloseRequest):
-            return items
+from ._client import written
 
 
 def codes(items: list[Any]) -> list[Any]:
