@@ -14,6 +14,7 @@ import asyncio
 import importlib.util
 import re
 import time
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +47,18 @@ def words(text: str) -> set[str]:
     return set(re.sub(r"[^a-z' ]", " ", text.lower()).split())
 
 
-async def test_a_phone_call_to_the_demo_agent() -> None:
+async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
     began = time.perf_counter()
     demo = load_entrypoint(EXAMPLE)
     tts, listener = PiperTTS(), WhisperSTT()
     await asyncio.wait_for(asyncio.gather(tts.load(), listener.load()), LOAD_TIMEOUT)
     question = np.concatenate([f.data async for f in tts.synthesize(ASK)])  # type: ignore[misc]
+    wav = tmp_path / "question.wav"  # the caller's line plays a recording, as a test would
+    with wave.open(str(wav), "wb") as out:
+        out.setnchannels(2)
+        out.setsampwidth(2)
+        out.setframerate(tts.sample_rate)
+        out.writeframes(np.repeat(question, 2).astype("<i2").tobytes())
     sessions: list[rj.AgentSession[Any]] = []
 
     async def entrypoint(conn: Connection) -> None:
@@ -76,10 +83,11 @@ async def test_a_phone_call_to_the_demo_agent() -> None:
             greeting = call.heard_seconds()
             greeting_chunks = len(call.heard)
             await call.silence(0.3)
-            await call.say(question, tts.sample_rate)
+            await call.say_wav(wav)
             await call.until(lambda: _answered(session), 30)
             await call.until(lambda: session.agent_state == "listening", 30)
             answer = np.concatenate([h.pcm for h in call.heard[greeting_chunks:]])
+            call.save_heard(tmp_path / "heard.wav")
             await call.hang_up()
     finally:
         await server.close()
@@ -94,6 +102,9 @@ async def test_a_phone_call_to_the_demo_agent() -> None:
     transcript = await listener.recognize([AudioFrame(answer, 8000)])
     assert {"weather", "paris"} <= words(transcript), transcript
     assert call.clears == []  # nobody talked over the agent
+    with wave.open(str(tmp_path / "heard.wav"), "rb") as recording:
+        assert recording.getframerate() == 8000
+        assert recording.getnframes() == len(call.heard_audio())
 
 
 def _is(item: object, role: str) -> bool:

@@ -11,6 +11,7 @@ drops them instead, as Plivo does). ``press`` sends keypad digits, ``hang_up`` a
 
     async with FakePhoneCall.connect(url) as call:
         await call.say(pcm, rate)                 # the caller speaks (resampled to 8 kHz)
+        await call.say_wav("question.wav")        # or from a WAV file
         await call.until(lambda: call.heard_seconds() > 1.0, timeout=10)
         await call.hang_up()
 """
@@ -21,9 +22,11 @@ import asyncio
 import base64
 import contextlib
 import json
+import wave
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -144,6 +147,25 @@ class FakePhoneCall:
         for start in range(0, len(encoded), CHUNK):
             self._mic.append(encoded[start : start + CHUNK].ljust(CHUNK, SILENCE[:1]))
         await self.until(lambda: not self._mic, timeout=len(encoded) / RATE + 5)
+
+    async def say_wav(self, path: str | Path) -> None:
+        """Speak a WAV file (16-bit PCM, any rate; channels are mixed down to mono)."""
+        with wave.open(str(path), "rb") as wav:
+            if wav.getsampwidth() != 2:
+                raise ValueError(f"{path}: only 16-bit PCM WAV files are supported")
+            channels, rate = wav.getnchannels(), wav.getframerate()
+            pcm = np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
+        if channels > 1:
+            pcm = pcm.reshape(-1, channels).mean(axis=1).astype(np.int16)
+        await self.say(pcm.astype(np.int16), rate)
+
+    def save_heard(self, path: str | Path) -> None:
+        """Write what the caller heard (gaps left out) as an 8 kHz mono WAV file."""
+        with wave.open(str(path), "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(RATE)
+            wav.writeframes(self.heard_audio().astype("<i2").tobytes())
 
     async def silence(self, seconds: float) -> None:
         await asyncio.sleep(seconds)  # the clock sends silence meanwhile
