@@ -676,3 +676,26 @@ async def test_keys_pressed_before_the_session_runs_are_delivered() -> None:
     peer.receive_text(msg(event="stop"), 2)
     await asyncio.wait_for(serving, 10)
     assert conn.left_reason == "call ended"
+
+
+async def test_a_start_without_a_media_format_takes_the_provider_default() -> None:
+    bare = json.loads(TWILIO_START)
+    del bare["start"]["mediaFormat"]
+    peer = MediaStreamPeer(TWILIO)
+    conn = peer.receive_text(json.dumps(bare), 0)
+    assert conn is not None and conn.call is not None and conn.call.codec == "mulaw"
+
+
+async def test_a_start_the_call_cannot_go_on_with_closes_at_once_saying_why() -> None:
+    l16 = json.loads(TWILIO_START)
+    l16["start"]["mediaFormat"]["encoding"] = "audio/l16"
+    peer = MediaStreamPeer(TWILIO)
+    assert peer.receive_text(json.dumps(l16), 0) is None
+    (close,) = await written(peer.outbox)
+    assert isinstance(close, CloseRequest) and close.code == CloseCode.POLICY_VIOLATION
+    assert close.reason.startswith("bad start: malformed start: audio 'audio/l16'")
+    no_call = json.loads(TWILIO_START)
+    del no_call["start"]["callSid"]
+    peer = MediaStreamPeer(TWILIO)
+    assert peer.receive_text(json.dumps(no_call), 0) is None
+    assert "callSid is missing" in (await written(peer.outbox))[0].reason

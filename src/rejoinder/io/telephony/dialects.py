@@ -197,7 +197,10 @@ def _opt(value: object) -> str | None:
 
 
 def _codec(encoding: object, rate: object, known: Mapping[str, Codec], how: str) -> Codec:
-    """``how``: what to configure at the provider to get G.711 at 8 kHz."""
+    """``how``: what to configure at the provider to get G.711 at 8 kHz. No encoding
+    given: the provider's default (the first of ``known``)."""
+    if encoding is None:
+        encoding = next(iter(known))
     codec = known.get(encoding) if isinstance(encoding, str) else None
     if codec is None:
         raise ValueError(f"audio {str(encoding)[:24]!r} is not supported; {how}")

@@ -149,6 +149,10 @@ class MediaStreamPeer:
         elif isinstance(fact, Stopped):
             self._stopped = True
             self.client_left("call ended")
+        elif fact.event == "start" and self.call is None and fact.problem is not None:
+            # The call cannot go on (a codec we do not speak, no call id): say why now
+            # rather than wait for the start timeout.
+            self._close(CloseCode.POLICY_VIOLATION, f"bad start: {fact.problem}")
         elif fact.problem is not None:
             self._junk(fact)
         return None
