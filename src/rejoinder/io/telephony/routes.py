@@ -3,7 +3,7 @@ to us", and the media sockets, each feeding a framework-free ``MediaStreamPeer``
 
 ``add_telephony_routes(app, entrypoint, providers=("twilio",))`` mounts, per provider:
 
-- Twilio: ``POST /twilio/twiml`` (the number's voice webhook: TwiML
+- Twilio: ``POST /twilio/twiml`` (the number's voice webhook, or ``GET``: TwiML
   ``<Connect><Stream url="wss://<host>/twilio">``, or ``<Reject reason="busy">`` when the
   server is full or draining) and ``GET /twilio`` (the media socket).
 - Telnyx: ``GET /telnyx`` (start it from Call Control with ``stream_url`` pointing here,
@@ -24,7 +24,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
-from multidict import MultiDict
 
 from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
@@ -89,14 +88,18 @@ def _twilio(
     async def webhook(request: web.Request) -> web.Response:
         # A number's voice URL may be set to POST (the default) or GET: Twilio signs the
         # form's parameters, or only the URL, whose query then holds them.
-        form = await request.post() if request.method == "POST" else MultiDict[str]()
-        fields = form if request.method == "POST" else request.query
+        form = await request.post() if request.method == "POST" else None
+        fields = form if form is not None else request.query
         params = {k: v for k, v in fields.items() if isinstance(v, str)}  # the last of each
         token = opts.twilio_auth_token
         if token is not None:
             url = webhook_url_for(str(request.url), opts.public_url)
             signature = request.headers.get("X-Twilio-Signature", "")
-            signed = {k: [v for v in form.getall(k) if isinstance(v, str)] for k in form}
+            signed = (
+                {k: [v for v in form.getall(k) if isinstance(v, str)] for k in form}
+                if form is not None
+                else {}
+            )
             if not validate_twilio_signature(token, url, signed, signature):
                 logger.warning("twilio webhook from %s: bad signature", request.remote)
                 return web.Response(status=403, text="invalid X-Twilio-Signature")
