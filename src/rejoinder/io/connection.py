@@ -209,6 +209,8 @@ class Connection:
         self.left_reason: str | None = None
         """Why the client left (the session's ``close`` reason when it ended that way)."""
         self._keys: list[str] = []
+        self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
+        """Called with the session as ``serve`` starts it (the server's metrics use it)."""
         self._send = send
         self._match_tts_rate = match_tts_rate
         self._left = asyncio.Event()
@@ -273,6 +275,11 @@ class Connection:
         if self.session is not None:
             raise RuntimeError("serve() runs one session per connection")
         self.session = session
+        for observe in self.session_observers:
+            try:
+                observe(session)
+            except Exception:  # an observer's bug must not stop the call
+                logger.exception("a session observer failed for %s", self.id)
         tts_rate = getattr(session.tts, "sample_rate", None)
         if self._match_tts_rate and isinstance(tts_rate, int) and tts_rate > 0:
             self.audio_output.sample_rate = tts_rate  # no resampling on the server
