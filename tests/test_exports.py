@@ -40,6 +40,15 @@ API_NAMES = [
     "CloseEvent",
     "DTMFEvent",
     "CollectDigits",
+    # metrics
+    "LLMMetrics",
+    "TTSMetrics",
+    "STTMetrics",
+    "EOUMetrics",
+    "RealtimeMetrics",
+    "VoiceLatencyMetrics",
+    "UsageSummary",
+    "Metrics",
     "Digits",
     # models
     "LLM",

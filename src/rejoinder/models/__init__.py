@@ -11,6 +11,16 @@ from .chat import (
 )
 from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
 from .llm import LLM, ChatChunk, LLMError, NamedToolChoice, ToolCallRequest, ToolChoice, Usage
+from .metrics import (
+    EOUMetrics,
+    LLMMetrics,
+    Metrics,
+    RealtimeMetrics,
+    STTMetrics,
+    TTSMetrics,
+    UsageSummary,
+    VoiceLatencyMetrics,
+)
 from .realtime import RealtimeError, RealtimeModel, RealtimeSession
 from .realtime_fallback import FallbackRealtime
 from .stt import STT, StreamingSTT, STTError
@@ -29,6 +39,7 @@ __all__ = [
     "ChatContext",
     "ChatItem",
     "ChatMessage",
+    "EOUMetrics",
     "FallbackLLM",
     "FallbackRealtime",
     "FallbackSTT",
@@ -36,16 +47,21 @@ __all__ = [
     "FunctionCall",
     "FunctionCallOutput",
     "LLMError",
+    "LLMMetrics",
+    "Metrics",
     "NamedToolChoice",
     "RealtimeError",
+    "RealtimeMetrics",
     "RealtimeModel",
     "RealtimeSession",
     "Role",
     "STTError",
+    "STTMetrics",
     "StopResponse",
     "StreamingSTT",
     "StreamingTTS",
     "TTSError",
+    "TTSMetrics",
     "TTSStream",
     "TextOutput",
     "ToolCallRequest",
@@ -54,7 +70,9 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "Usage",
+    "UsageSummary",
     "VADEvent",
     "VADStream",
+    "VoiceLatencyMetrics",
     "WordTiming",
 ]
