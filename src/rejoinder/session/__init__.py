@@ -19,21 +19,27 @@ from .agent import Agent
 from .agent_task import AgentTask
 from .events import (
     AgentStateChangedEvent,
+    AwayTimerEvent,
+    BackgroundToolFinishedEvent,
     CloseEvent,
     ConversationItemAddedEvent,
     DTMFEvent,
     ErrorEvent,
     FunctionToolsExecutedEvent,
     MetricsCollectedEvent,
+    SpeculationEvent,
     SpeechCreatedEvent,
     UserInputTranscribedEvent,
     UserStateChangedEvent,
+    UserTurnDiscardedEvent,
 )
 from .keypad import CollectDigits, Digits
 from .run_context import RunContext
 from .run_result import RunResult
 from .session import AgentSession
 from .speech import SpeechHandle
+from .timeline import Timeline
+from .timeline_events import Owed
 from .tools import FunctionTool, function_tool
 from .turn_state import ObligationExpiredError
 
@@ -42,6 +48,8 @@ __all__ = [
     "AgentSession",
     "AgentStateChangedEvent",
     "AgentTask",
+    "AwayTimerEvent",
+    "BackgroundToolFinishedEvent",
     "CloseEvent",
     "CollectDigits",
     "ConversationItemAddedEvent",
@@ -52,11 +60,15 @@ __all__ = [
     "FunctionToolsExecutedEvent",
     "MetricsCollectedEvent",
     "ObligationExpiredError",
+    "Owed",
     "RunContext",
     "RunResult",
+    "SpeculationEvent",
     "SpeechCreatedEvent",
     "SpeechHandle",
+    "Timeline",
     "UserInputTranscribedEvent",
     "UserStateChangedEvent",
+    "UserTurnDiscardedEvent",
     "function_tool",
 ]

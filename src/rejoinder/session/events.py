@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..floor import AgentState, UserState
-from ..models import ChatItem, FunctionCall, FunctionCallOutput
+from ..models import ChatItem, FunctionCall, FunctionCallOutput, Metrics
 
 if TYPE_CHECKING:
     from .speech import SpeechHandle
@@ -30,6 +30,10 @@ EventName = Literal[
     "error",
     "close",
     "dtmf",
+    "user_turn_discarded",
+    "speculation",
+    "background_tool_finished",
+    "away_timer",
 ]
 
 
@@ -79,7 +83,9 @@ class FunctionToolsExecutedEvent:
 
 @dataclass(frozen=True, slots=True)
 class MetricsCollectedEvent:
-    metrics: dict[str, Any]
+    metrics: Metrics
+    """One typed metric (``rj.LLMMetrics``, ``rj.TTSMetrics``, ...; see
+    ``rejoinder.models.metrics``); ``metrics.to_dict()`` is its JSON payload."""
     type: Literal["metrics_collected"] = "metrics_collected"
 
 
@@ -97,6 +103,50 @@ class DTMFEvent:
     """One key: ``0``-``9``, ``*``, ``#`` or ``A``-``D``."""
     created_at: float
     type: Literal["dtmf"] = "dtmf"
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurnDiscardedEvent:
+    """What the user said was dropped, not answered (it ended while a reply that may not
+    be interrupted was playing)."""
+
+    text: str
+    reason: str
+    created_at: float
+    type: Literal["user_turn_discarded"] = "user_turn_discarded"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationEvent:
+    """A speculative (preemptive) reply was started, used for the turn it guessed, or
+    dropped (the turn turned out different, an interruption, a switch)."""
+
+    event: Literal["started", "used", "dropped"]
+    reason: str
+    created_at: float
+    type: Literal["speculation"] = "speculation"
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundToolFinishedEvent:
+    """A tool released to the background (its reply went on) returned its final result."""
+
+    name: str
+    call_id: str
+    is_error: bool
+    created_at: float
+    type: Literal["background_tool_finished"] = "background_tool_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class AwayTimerEvent:
+    """The user-away timer was armed (nothing is owed and the user is quiet: ``away`` at
+    ``deadline`` unless something happens) or cancelled."""
+
+    armed: bool
+    deadline: float | None
+    created_at: float
+    type: Literal["away_timer"] = "away_timer"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Protocol
 
@@ -53,6 +53,8 @@ class Preemptive:
         self._more = asyncio.Event()
         self._finished = False
         self._error: BaseException | None = None
+        self.on_outcome: Callable[[str, str], None] | None = None
+        """Told ``("used", "")`` or ``("dropped", why)`` when a reply decides (events)."""
 
     async def collect(self, stream: AsyncIterator[ChatChunk]) -> None:
         """Run in its own task: buffer the model's output."""
@@ -103,6 +105,12 @@ class Preemptive:
         before = items[:-1] if items and items[-1] is message else items
         key = speculation_key(message.content, before, instructions, tools)
         if extra_instructions is None and key == self.key:
+            self._decided("used", "")
             return self.replay()
+        self._decided("dropped", "the turn differed from the one it guessed")
         self.cancel()
         return None
+
+    def _decided(self, outcome: str, reason: str) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome, reason)

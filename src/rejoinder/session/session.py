@@ -19,15 +19,26 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..models import LLM, ChatContext
+from ..models.chat import new_id
 from ..models.realtime import RealtimeModel
 from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_stack import AgentStack
 from .agent_task import running_host
 from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
-from .events import CloseEvent, DTMFEvent, EventEmitter, EventName, UserInputTranscribedEvent
+from .events import (
+    CloseEvent,
+    DTMFEvent,
+    EventEmitter,
+    EventName,
+    UserInputTranscribedEvent,
+    UserTurnDiscardedEvent,
+)
+from .model_claims import ModelClaims
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
+from .timeline import Timeline
+from .timeline_events import Owed, owed_now, record_events
 from .tools import FunctionTool
 from .turn_state import TurnState
 from .user_turns import UserTurns
@@ -45,9 +56,6 @@ logger = logging.getLogger("rejoinder")
 Userdata = TypeVar("Userdata")
 
 DTMF_KEYS = "0123456789*#ABCD"
-
-_models_in_use: dict[int, int] = {}
-"""How many running sessions use each model (by id): the last one to close closes it."""
 
 
 class AgentSession(Generic[Userdata]):
@@ -107,6 +115,9 @@ class AgentSession(Generic[Userdata]):
         self.input = SessionInput()
         self.output = SessionOutput()
         self._events = EventEmitter()
+        self.id = new_id("session")
+        self._timeline = Timeline()
+        record_events(self._timeline, self._events)
         self._history = ChatContext()
         self._turn_state_: TurnState | None = None
         self._ctx: SessionContext | None = None
@@ -115,8 +126,8 @@ class AgentSession(Generic[Userdata]):
         self._close_task: asyncio.Task[None] | None = None
         self._user_turns: UserTurns | None = None
         self._realtime: RealtimeDriver | None = None
-        self._claimed = False
-        """This session counts among its models' users (from start to close)."""
+        self._models = ModelClaims()
+        """This session's claim on its models, from start to close (the last closes them)."""
         self._close_reason: str | None = None
         self._shutdown: asyncio.Task[None] | None = None
 
@@ -156,6 +167,20 @@ class AgentSession(Generic[Userdata]):
     def userdata(self, value: Userdata) -> None:
         self._userdata = value
 
+    @property
+    def timeline(self) -> Timeline:
+        """What the session did and why, on loop time (``rejoinder.session.timeline``):
+        ``timeline.entries()``, or ``timeline.write_to(path)`` for JSON lines."""
+        return self._timeline
+
+    def owed(self) -> list[Owed]:
+        """What is owed or being worked on right now, and why: the answer to "why is it
+        thinking". Empty when the agent owes nothing (and reports ``listening``)."""
+        state = self._turn_state_
+        if state is None:
+            return []
+        return owed_now(state.owed(), state.now())
+
     def on(self, name: EventName, callback: Any = None) -> Any:
         """Subscribe to an event (API.md "Events"); usable as a decorator."""
         return self._events.on(name, callback)
@@ -181,9 +206,9 @@ class AgentSession(Generic[Userdata]):
         if self._root is not None:
             raise RuntimeError("the session was already started")
         loop = asyncio.get_running_loop()
-        self._claim_models()
-        self._claimed = True
-        state = self._turn_state_ = TurnState(self._floor, self._events, loop)
+        self._models.claim((self.llm, self.stt, self.tts, self.vad))
+        state = self._turn_state_ = TurnState(self._floor, self._events, loop, self._timeline)
+        state.note("session", event="started", session_id=self.id)
         # Everything the session runs starts in this context, so `await SomeTask()`
         # finds its host (without touching the caller's own context).
         context = contextvars.copy_context()
@@ -259,6 +284,9 @@ class AgentSession(Generic[Userdata]):
         if current is not None and not current.done() and not current.allow_interruptions:
             # Nothing is kept for later: a stale answer after the speech would be wrong.
             logger.info("user turn %r discarded: it ended during an uninterruptible reply", text)
+            reason = "it ended while a reply that may not be interrupted was playing"
+            state = self._turn_state
+            state.report("user_turn_discarded", UserTurnDiscardedEvent(text, reason, state.now()))
             activity.discard_preemptive("the turn was discarded")
             return
         activity.interrupt()
@@ -321,41 +349,9 @@ class AgentSession(Generic[Userdata]):
         if self._turn_state_ is not None:
             self._turn_state_.close_all()
             self._turn_state_.shutdown()
-        await self._close_models()
+        await self._models.release(self.options.close_timeout)
         self._events.emit("close", CloseEvent(reason=self._close_reason or "closed"))
-
-    def _models(self) -> list[object]:
-        """Each model given to this session, once."""
-        models: dict[int, object] = {}
-        for model in (self.llm, self.stt, self.tts, self.vad):
-            if model is not None:
-                models.setdefault(id(model), model)
-        return list(models.values())
-
-    def _claim_models(self) -> None:
-        for model in self._models():
-            _models_in_use[id(model)] = _models_in_use.get(id(model), 0) + 1
-
-    async def _close_models(self) -> None:
-        """Models' connections close with the last running session that uses them (a
-        model shared by two sessions stays open for the other; one used again later
-        opens a new connection)."""
-        if not self._claimed:
-            return
-        self._claimed = False
-        for model in self._models():
-            users = _models_in_use.get(id(model), 1) - 1
-            if users > 0:
-                _models_in_use[id(model)] = users
-                continue
-            _models_in_use.pop(id(model), None)
-            close = getattr(model, "aclose", None)
-            if not callable(close):
-                continue
-            try:
-                await asyncio.wait_for(close(), self.options.close_timeout)
-            except Exception as exc:
-                logger.warning("closing %r failed: %r", model, exc)
+        self._timeline.close()
 
     async def drain(self, timeout: float = 60.0) -> None:  # noqa: ASYNC109 - a bound, not I/O
         """Let everything owed finish (replies, tools, deferred results), then close.

@@ -12,6 +12,7 @@ from typing import Any
 from ..floor import ObligationKind
 from ..models import ChatContext, ChatItem, ChatMessage
 from ..models.llm import LLM
+from .events import SpeculationEvent
 from .preemptive import OfferedTool, Preemptive
 from .turn_state import TurnState
 
@@ -46,7 +47,9 @@ class Speculation:
             return
         self.discard("a newer attempt")
         prepared = Preemptive(key, self._state.new(ObligationKind.PREEMPTIVE, self._owner))
+        prepared.on_outcome = self._report
         self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
+        self._report("started", "")
         stream = llm.chat(
             ChatContext([*context, ChatMessage(role="user", content=user_text)]),
             [t.definition for t in tools.values()],
@@ -61,6 +64,13 @@ class Speculation:
             logger.debug("preemptive reply discarded: %s", reason)
             prepared.cancel()
             self._state.close(prepared.obligation, "discarded")
+            self._report("dropped", reason)
+
+    def _report(self, event: str, reason: str) -> None:
+        self._state.report(
+            "speculation",
+            SpeculationEvent(event, reason, self._state.now()),  # type: ignore[arg-type]
+        )
 
     def claim(self) -> Preemptive | None:
         """The speculative reply, for the user turn that just ended (checked before use)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..floor import Obligation, ObligationKind
 from ..models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
+from .events import BackgroundToolFinishedEvent
 from .run_context import RunContext
 from .tools import FunctionTool
 
@@ -125,6 +126,13 @@ class ToolRunner:
             if not run.first.done():
                 run.first.set_result(outcome)
             return
+        call, output = run.call, outcome.output
+        self._state.report(
+            "background_tool_finished",
+            BackgroundToolFinishedEvent(
+                call.name, call.call_id, output.is_error, self._state.now()
+            ),
+        )
         self._on_final(run, outcome)
 
 

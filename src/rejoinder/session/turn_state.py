@@ -28,13 +28,24 @@ from ..floor import (
     UserState,
     UserStateChanged,
 )
-from .events import AgentStateChangedEvent, ErrorEvent, EventEmitter, UserStateChangedEvent
+from .events import (
+    AgentStateChangedEvent,
+    AwayTimerEvent,
+    ErrorEvent,
+    EventEmitter,
+    EventName,
+    UserStateChangedEvent,
+)
+from .timeline import Timeline
 
 logger = logging.getLogger("rejoinder")
 
 
 class ObligationExpiredError(TimeoutError):
     """An obligation outlived its watchdog; the work behind it was stopped."""
+
+    kind: str = ""
+    """The obligation's kind (``tool``, ``reply``, ...)."""
 
 
 class TurnState:
@@ -43,8 +54,12 @@ class TurnState:
         floor: Floor,
         events: EventEmitter,
         loop: asyncio.AbstractEventLoop,
+        timeline: Timeline | None = None,
     ) -> None:
         self._floor = floor
+        self.timeline = timeline if timeline is not None else Timeline()
+        """Every obligation opened, handed over, flagged and closed, and every derived
+        state change, in the order the floor saw them (``session.timeline``)."""
         self._events = events
         self._loop = loop
         self._on_expire: dict[int, Callable[[], None]] = {}
@@ -89,12 +104,18 @@ class TurnState:
         self._apply(self._floor.set_current(owner, self.now()))
 
     def remove_owner(self, owner: str) -> None:
-        self._forget(self._floor.open_obligations(owner))
-        self._apply(self._floor.remove_owner(owner, self.now()))
+        open_ones = self._floor.open_obligations(owner)
+        self._forget(open_ones)
+        effects = self._floor.remove_owner(owner, self.now())
+        self._note_closed(open_ones)
+        self._apply(effects)
 
     def close_all(self) -> None:
-        self._forget(self._floor.open_obligations())
-        self._apply(self._floor.close_all(self.now()))
+        open_ones = self._floor.open_obligations()
+        self._forget(open_ones)
+        effects = self._floor.close_all(self.now())
+        self._note_closed(open_ones)
+        self._apply(effects)
 
     def new(
         self,
@@ -116,7 +137,9 @@ class TurnState:
         """Open an obligation made with ``new``."""
         if on_expire is not None:
             self._on_expire[ob.id] = on_expire
-        self._apply(self._floor.open(ob, self.now()))
+        effects = self._floor.open(ob, self.now())
+        self._note_opened(ob)
+        self._apply(effects)
 
     def close(
         self,
@@ -126,8 +149,13 @@ class TurnState:
         uncommit: Iterable[Obligation] = (),
     ) -> None:
         obs = [obs] if isinstance(obs, Obligation) else list(obs)
+        uncommit = list(uncommit)
+        was_open = [ob for ob in obs if ob.is_open]
         self._forget(obs)
-        self._apply(self._floor.close(obs, self.now(), outcome, uncommit=uncommit))
+        effects = self._floor.close(obs, self.now(), outcome, uncommit=uncommit)
+        self._note_uncommitted(uncommit)
+        self._note_closed(was_open)
+        self._apply(effects)
 
     def hand_over(
         self,
@@ -139,23 +167,44 @@ class TurnState:
     ) -> None:
         """Open ``new`` and close ``old`` in one floor step (DESIGN.md Rule 2)."""
         old = [old] if isinstance(old, Obligation) else list(old)
+        uncommit = list(uncommit)
+        was_open = [ob for ob in old if ob.is_open]
         self._forget(old)
         if on_expire is not None:
             self._on_expire[new.id] = on_expire
-        self._apply(self._floor.hand_over(old, new, self.now(), uncommit=uncommit))
+        effects = self._floor.hand_over(old, new, self.now(), uncommit=uncommit)
+        self._note_opened(new)
+        self.note("ob_handed_over", ids=[ob.id for ob in was_open], to=new.id)
+        self._note_uncommitted(uncommit)
+        self._note_closed(was_open)
+        self._apply(effects)
 
     def set_committed(self, ob: Obligation, committed: bool) -> None:
-        self._apply(self._floor.set_committed(ob, committed, self.now()))
+        self._flag(ob, "committed", committed, self._floor.set_committed(ob, committed, self.now()))
 
     def set_audible(self, ob: Obligation, audible: bool) -> None:
         if ob.audible != audible:
-            self._apply(self._floor.set_audible(ob, audible, self.now()))
+            self._flag(ob, "audible", audible, self._floor.set_audible(ob, audible, self.now()))
 
     def set_yielded(self, ob: Obligation, yielded: bool) -> None:
-        self._apply(self._floor.set_yielded(ob, yielded, self.now()))
+        self._flag(ob, "yielded", yielded, self._floor.set_yielded(ob, yielded, self.now()))
 
     def set_user_speaking(self, speaking: bool) -> None:
-        self._apply(self._floor.set_user_speaking(speaking, self.now()))
+        effects = self._floor.set_user_speaking(speaking, self.now())
+        self.note("user_speaking", speaking=speaking)
+        self._apply(effects)
+
+    def report(self, name: EventName, event: object) -> None:
+        """Emit a public session event from a part that has only this object."""
+        self._events.emit(name, event)
+
+    def note(self, kind: str, **fields: object) -> None:
+        """Add a timeline entry at the current loop time."""
+        self.timeline.add(self.now(), kind, **fields)
+
+    def owed(self) -> list[Obligation]:
+        """The obligations open now, oldest first."""
+        return sorted(self._floor.open_obligations(), key=lambda ob: ob.id)
 
     def user_activity(self) -> None:
         self._apply(self._floor.user_activity(self.now()))
@@ -167,6 +216,40 @@ class TurnState:
                 handle.cancel()
         self._away_timer = self._watchdog = None
         self._on_expire.clear()
+
+    # --------------------------------------------------------------- timeline
+
+    def _note_opened(self, ob: Obligation) -> None:
+        if ob.is_open:
+            self.note(
+                "ob_opened",
+                id=ob.id,
+                ob=ob.kind.value,
+                owner=ob.owner,
+                label=ob.label,
+                committed=ob.committed,
+            )
+
+    def _note_closed(self, obs: Iterable[Obligation]) -> None:
+        for ob in obs:
+            if not ob.is_open:
+                self.note(
+                    "ob_closed",
+                    id=ob.id,
+                    ob=ob.kind.value,
+                    owner=ob.owner,
+                    label=ob.label,
+                    reason=ob.outcome,
+                )
+
+    def _note_uncommitted(self, obs: Iterable[Obligation]) -> None:
+        for ob in obs:
+            if ob.is_open and not ob.committed:
+                self.note("ob_flag", id=ob.id, flag="committed", value=False)
+
+    def _flag(self, ob: Obligation, flag: str, value: bool, effects: list[Effect]) -> None:
+        self.note("ob_flag", id=ob.id, flag=flag, value=value)
+        self._apply(effects)
 
     # ---------------------------------------------------------------- effects
 
@@ -194,11 +277,15 @@ class TurnState:
 
     def _apply_one(self, effect: Effect) -> None:
         if isinstance(effect, AgentStateChanged):
+            self.timeline.add(
+                effect.at, "agent_state", state=effect.new_state, old=effect.old_state
+            )
             self._events.emit(
                 "agent_state_changed",
                 AgentStateChangedEvent(effect.old_state, effect.new_state, effect.at),
             )
         elif isinstance(effect, UserStateChanged):
+            self.timeline.add(effect.at, "user_state", state=effect.new_state, old=effect.old_state)
             self._events.emit(
                 "user_state_changed",
                 UserStateChangedEvent(effect.old_state, effect.new_state, effect.at),
@@ -207,10 +294,12 @@ class TurnState:
             if self._away_timer is not None:
                 self._away_timer.cancel()
             self._away_timer = self._loop.call_at(effect.deadline, self._away_fired)
+            self._events.emit("away_timer", AwayTimerEvent(True, effect.deadline, self.now()))
         elif isinstance(effect, CancelAwayTimer):
             if self._away_timer is not None:
                 self._away_timer.cancel()
                 self._away_timer = None
+                self._events.emit("away_timer", AwayTimerEvent(False, None, self.now()))
         elif isinstance(effect, ArmWatchdog):
             if self._watchdog is not None:
                 self._watchdog.cancel()
@@ -234,7 +323,10 @@ class TurnState:
         logger.warning(
             "%s stayed open past its %.0f s watchdog; closed as expired", ob, ob.watchdog
         )
+        self.note("ob_expired", id=ob.id, ob=ob.kind.value, owner=ob.owner, label=ob.label)
+        self._note_closed([ob])
         error = ObligationExpiredError(f"{ob.kind.value} obligation {ob.label!r} expired")
+        error.kind = ob.kind.value
         self._events.emit("error", ErrorEvent(error, source="watchdog", recoverable=True))
         stop_work = self._on_expire.pop(ob.id, None)
         if stop_work is not None:
