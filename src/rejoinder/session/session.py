@@ -34,6 +34,7 @@ from .events import (
     UserInputTranscribedEvent,
     UserTurnDiscardedEvent,
 )
+from .log_context import session_id as log_session_id
 from .model_claims import ModelClaims
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
@@ -224,6 +225,7 @@ class AgentSession(Generic[Userdata]):
         )
         agents = self._agents = AgentStack(ctx, on_agent_changed=self._agent_changed)
         context.run(running_host.set, agents)
+        context.run(log_session_id.set, self.id)
         ready: asyncio.Future[None] = loop.create_future()
         self._root = loop.create_task(
             self._supervise(ctx, ready), name="rejoinder-session", context=context
