@@ -15,6 +15,13 @@ lives in ``rejoinder.console``::
 
     rejoinder dev examples/voice_agent.py             # 127.0.0.1:8000, reloads on change
     rejoinder serve app/agent.py --host 0.0.0.0 --max-sessions 50 --drain-timeout 60
+
+``rejoinder simulate FILE.yaml`` runs a scripted conversation on virtual time and checks
+it (``rejoinder.simulate.cli``); ``rejoinder timeline FILE.jsonl -o out.png`` draws a
+session timeline (``rejoinder.timeline_plot``). Both parse their own arguments::
+
+    rejoinder simulate examples/scenarios/tool_follow_up.yaml --timeline turn.jsonl
+    rejoinder timeline turn.jsonl -o turn.png
 """
 
 from __future__ import annotations
@@ -112,7 +119,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="also log the runtime's internal messages (with tracebacks) to stderr",
     )
     _add_server_commands(commands)
+    _add_delegated_commands(commands)
     return parser
+
+
+# Commands that parse their own arguments: listed in the help here, run by their module.
+_DELEGATED = {
+    "simulate": (
+        "rejoinder.simulate.cli",
+        "run a scripted conversation (scenario YAML) on virtual time and check it",
+    ),
+    "timeline": (
+        "rejoinder.timeline_plot",
+        "draw a session timeline (JSON lines) as a picture (needs the plot extra)",
+    ),
+}
+
+
+def _add_delegated_commands(commands: Any) -> None:
+    for name, (_, help_text) in _DELEGATED.items():
+        sub = commands.add_parser(name, help=help_text, add_help=False)
+        sub.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _run_delegated(name: str, argv: Sequence[str]) -> int:
+    import importlib
+
+    module_name = _DELEGATED[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = "plot" if name == "timeline" else "simulate"
+        sys.stderr.write(
+            f"{PROG} {name}: not available ({exc}); install the extra: "
+            f"pip install 'rejoinder[{extra}]'\n"
+        )
+        return 2
+    code: int = module.main(list(argv))
+    return code
 
 
 def _add_server_commands(commands: Any) -> None:
@@ -225,6 +269,9 @@ def _run_server(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _DELEGATED:
+        return _run_delegated(args_list[0], args_list[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
