@@ -12,7 +12,9 @@ used; the message says what to fix::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,10 +66,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         stderr.write(f"{PROG}: {exc}\n")
         return 2
     verdicts = check_all(sim)
-    if not args.quiet:
-        stdout.write(table(sim) + "\n\n")
-    report(sim, verdicts, stdout, quiet=args.quiet)
     code = 0 if all(v.passed for v in verdicts) else 1
+    try:
+        if not args.quiet:
+            stdout.write(table(sim) + "\n\n")
+        report(sim, verdicts, stdout, quiet=args.quiet)
+        stdout.flush()
+    except BrokenPipeError:  # rejoinder simulate x.yaml | head: the reader left
+        _detach(stdout)
     if args.timeline is not None:
         try:
             write_jsonl(sim.entries, Path(args.timeline))
@@ -80,6 +86,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             stderr.write(f"{PROG}: {problem}\n")
             return 2
     return code
+
+
+def _detach(stream: TextIO) -> None:
+    """Point a closed pipe at the null device, so the last flush at exit is quiet."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def table(sim: Simulation) -> str:

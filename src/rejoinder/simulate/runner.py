@@ -198,6 +198,22 @@ class _Run:
         session.on("user_state_changed", user_changed)
         session.on("conversation_item_added", lambda ev: self.log(_describe_item(ev.item)))
         session.on("error", self._error)
+        session.on(
+            "user_turn_discarded",
+            lambda ev: self.log(f'user turn "{ev.text}" discarded ({ev.reason})'),
+        )
+        session.on(
+            "speculation",
+            lambda ev: self.log(
+                f"speculative reply {ev.event}" + (f" ({ev.reason})" if ev.reason else "")
+            ),
+        )
+        session.on(
+            "background_tool_finished",
+            lambda ev: self.log(
+                f"background tool {ev.name} finished" + (" with an error" if ev.is_error else "")
+            ),
+        )
         if self.scenario.voice:
             session.on(
                 "user_input_transcribed",
