@@ -10,8 +10,9 @@
   ``POST /twilio/twiml`` and ``GET /twilio``; ``rejoinder.io.telephony``);
 - ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M}`` (HTTP 200), or
   ``"status": "draining"`` with HTTP 503 once the server is shutting down, so a load
-  balancer stops sending clients;
-- ``GET /metrics``: live, started and refused sessions in the Prometheus text format.
+  balancer stops sending clients (live sessions by transport are in ``/metrics``);
+- ``GET /metrics``: the app's Prometheus metrics (``rejoinder.io.server_metrics``:
+  sessions, turns, latencies, errors), from a registry of its own (``app[METRICS]``).
 
 Admission goes through one ``SessionGate`` (``app[GATE]``): over ``max_sessions`` live
 sessions, or while draining, the WebSocket upgrade and the WebRTC offer get HTTP 503 with
@@ -20,20 +21,23 @@ the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .admission import SessionGate
 from .connection import Connection, Entrypoint
+from .server_metrics import CONTENT_TYPE, ServerMetrics
 from .websocket import WebSocketOptions, websocket_handler
 
 if TYPE_CHECKING:
+    from ..session import AgentSession
     from .telephony import TelephonyOptions
 
-__all__ = ["GATE", "WEBRTC", "create_app", "webrtc_unavailable"]
+__all__ = ["GATE", "METRICS", "WEBRTC", "create_app", "webrtc_unavailable"]
 
 logger = logging.getLogger("rejoinder.io.app")
 
@@ -41,6 +45,8 @@ GATE: web.AppKey[SessionGate[Connection]] = web.AppKey("rejoinder.gate", Session
 """App key: the ``SessionGate`` every transport's sessions go through."""
 WEBRTC: web.AppKey[Any] = web.AppKey("rejoinder.webrtc", object)
 """App key: the ``WebRTCServer`` answering ``POST /api/offer``, or ``None``."""
+METRICS: web.AppKey[ServerMetrics] = web.AppKey("rejoinder.metrics", ServerMetrics)
+"""App key: the app's ``ServerMetrics`` (its own Prometheus registry)."""
 
 
 def webrtc_unavailable() -> str | None:
@@ -87,6 +93,8 @@ def create_app(
         gate.close = _close_session
     app = web.Application()
     app[GATE] = gate
+    app[METRICS] = server_metrics = ServerMetrics(gate)
+    entrypoint = _observed(entrypoint, server_metrics)
 
     ws_handler = websocket_handler(entrypoint, websocket, run=gate.run)
 
@@ -114,11 +122,33 @@ def create_app(
         return web.json_response(body, status=503 if gate.draining else 200)
 
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(text=_prometheus(gate), content_type="text/plain", charset="utf-8")
+        return web.Response(body=server_metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app
+
+
+def _observed(entrypoint: Entrypoint, metrics: ServerMetrics) -> Entrypoint:
+    """``entrypoint``, with the session its connection serves watched by ``metrics``
+    (every transport calls it inside ``gate.run``)."""
+
+    async def observed(conn: Connection) -> None:
+        detach: list[Callable[[], None]] = []
+
+        def observe(session: AgentSession[Any]) -> None:
+            detach.append(metrics.observe(session))
+
+        conn.session_observers.append(observe)
+        try:
+            await entrypoint(conn)
+        finally:
+            for stop in detach:  # the session closed, unless serve() never returned
+                stop()
+            with contextlib.suppress(ValueError):
+                conn.session_observers.remove(observe)
+
+    return observed
 
 
 def _refused(gate: SessionGate[Connection]) -> web.Response:
@@ -153,26 +183,3 @@ def _mount_webrtc(
     app.router.add_post(rtc.OFFER_PATH, offer_route)
     app.on_shutdown.append(shutdown)
     return server
-
-
-def _prometheus(gate: SessionGate[Connection]) -> str:
-    rows = [
-        ("rejoinder_sessions_live", "gauge", "Sessions whose entry point is running.", gate.live),
-        (
-            "rejoinder_sessions_started_total",
-            "counter",
-            "Sessions started since the server started.",
-            gate.started_total,
-        ),
-        (
-            "rejoinder_sessions_refused_total",
-            "counter",
-            "Sessions refused (over the limit, or draining).",
-            gate.refused_total,
-        ),
-        ("rejoinder_draining", "gauge", "1 once the server is draining.", int(gate.draining)),
-    ]
-    lines: list[str] = []
-    for name, kind, text, value in rows:
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
-    return "\n".join(lines) + "\n"
