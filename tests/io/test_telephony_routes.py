@@ -24,6 +24,7 @@ import aiohttp
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 import rejoinder as rj
 from rejoinder.io import Connection, create_app
@@ -326,7 +327,9 @@ async def test_a_full_server_rejects_calls_busy_on_every_route(serve: Serve) -> 
         ]
         assert not call.closed  # the live call is untouched
         async with served.http.get(served.base + "/metrics") as resp:
-            assert "rejoinder_sessions_refused_total 4" in await resp.text()
+            families = text_string_to_metric_families(await resp.text())
+            refused = {s.name: s.value for f in families for s in f.samples}
+            assert refused["rejoinder_sessions_refused_total"] == 4
     await until(lambda: bool(served.closes[0]))
     await asyncio.sleep(0.05)
     status, body = await served.post("/twilio/twiml", CALL)
