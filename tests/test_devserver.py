@@ -605,3 +605,26 @@ async def test_serve_telephony_twilio_answers_a_checked_webhook_and_a_call(
             # The greeting (said from on_enter) is heard over the phone line.
             await call.until(lambda: call.heard_seconds() >= 0.12, 10)
             await call.hang_up()
+
+
+def test_server_log_lines_name_the_session_and_agent() -> None:
+    import io
+    import logging
+
+    from rejoinder.cli import _configure_server_logging
+
+    logger = logging.getLogger("rejoinder")
+    before, level = list(logger.handlers), logger.level
+    _configure_server_logging(verbose=False)
+    try:
+        (handler,) = [h for h in logger.handlers if h not in before]
+        assert isinstance(handler, logging.StreamHandler)
+        out = io.StringIO()
+        handler.setStream(out)
+        logging.getLogger("rejoinder.io").warning("outside a session")
+        assert out.getvalue() == "WARNING rejoinder.io [- -]: outside a session\n"
+    finally:
+        for h in list(logger.handlers):
+            if h not in before:
+                logger.removeHandler(h)
+        logger.setLevel(level)

@@ -318,9 +318,14 @@ def _configure_logging(*, verbose: bool) -> None:
 
 def _configure_server_logging(*, verbose: bool) -> None:
     """A server has no console to show problems on: warnings go to stderr, everything
-    with ``--verbose``."""
+    with ``--verbose``; each line names the session and agent it came from."""
+    from .session.log_context import SessionLogFilter
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(SessionLogFilter())
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(name)s [%(session_id)s %(agent_id)s]: %(message)s")
+    )
     logger = logging.getLogger("rejoinder")
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logger.addHandler(handler)

@@ -29,6 +29,7 @@ decision is made on (exact on virtual time). The kinds and their fields:
                             its reply moved on
 ``error``                   ``source``, ``error`` (type: message), ``recoverable``
 ``metrics``                 ``metrics``: one ``metrics_collected`` payload, as JSON
+``scenario``                ``rejoinder simulate``'s own events (what the script did)
 ==========================  ====================================================
 
 Obligation ids are the floor's: an ``ob_opened`` and the ``ob_closed`` with the same
