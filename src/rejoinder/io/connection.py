@@ -372,7 +372,7 @@ class Connection:
                 )
 
         def metrics(ev: Any) -> None:
-            send(MetricsMessage(metrics=json_safe(ev.metrics)))
+            send(MetricsMessage(metrics=json_safe(ev.metrics.to_dict())))
 
         def error(ev: Any) -> None:
             err = ev.error

@@ -10,7 +10,16 @@ from .chat import (
     Role,
 )
 from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
-from .llm import LLM, ChatChunk, LLMError, NamedToolChoice, ToolCallRequest, ToolChoice, Usage
+from .llm import (
+    LLM,
+    ChatChunk,
+    LLMError,
+    NamedToolChoice,
+    StreamInfo,
+    ToolCallRequest,
+    ToolChoice,
+    Usage,
+)
 from .metrics import (
     EOUMetrics,
     LLMMetrics,
@@ -58,6 +67,7 @@ __all__ = [
     "STTError",
     "STTMetrics",
     "StopResponse",
+    "StreamInfo",
     "StreamingSTT",
     "StreamingTTS",
     "TTSError",

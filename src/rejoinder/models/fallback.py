@@ -33,10 +33,12 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .chat import ChatContext
-from .llm import LLM, ChatChunk, LLMError, ToolChoice
+from .llm import LLM, ChatChunk, LLMError, StreamInfo, ToolChoice
+from .metrics import label_of
 from .stt import STT, STTError
 from .tools import ToolDefinition
 from .tts import TTS, TTSError, WordTiming
@@ -308,19 +310,25 @@ class FallbackLLM(LLM):
         self, chat_ctx: ChatContext, tools: Sequence[ToolDefinition], tool_choice: ToolChoice
     ) -> AsyncIterator[ChatChunk]:
         failures: list[str] = []
+        failed_first: str | None = None
         retryable = False
         for llm in self._breaker.candidates():
             produced = False
             try:
                 async with aclosing(llm.chat(chat_ctx, tools, tool_choice)) as stream:  # type: ignore[type-var]
                     async for chunk in stream:
-                        produced = True
+                        if not produced:
+                            produced = True
+                            # Metrics name the model that served, and the one that failed.
+                            yield _served_by(llm, chunk, failed_first)
+                            continue
                         yield chunk
             except LLMError as exc:
                 if produced:
                     raise  # already heard in part: end the reply, do not repeat it
                 self._breaker.down(llm, exc)
                 failures.append(f"{llm.model}: {exc}")
+                failed_first = failed_first or llm.model
                 retryable = retryable or exc.retryable
                 continue
             self._breaker.up(llm)
@@ -332,6 +340,15 @@ class FallbackLLM(LLM):
         await self._breaker.aclose()
         for llm in self.llms:
             await llm.aclose()
+
+
+def _served_by(llm: LLM, chunk: ChatChunk, fallback_from: str | None) -> ChatChunk:
+    """``chunk`` (a stream's first) with its ``info`` naming ``llm`` and, after a
+    failure, the model that failed first."""
+    info = chunk.info or StreamInfo(model=llm.model, provider=llm.provider, label=label_of(llm))
+    if fallback_from is not None:
+        info = replace(info, fallback_from=fallback_from)
+    return replace(chunk, info=info)
 
 
 class FallbackTTS(TTS):

@@ -31,8 +31,27 @@ class ToolCallRequest:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Token counts of one generation, as the provider reported them."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int | None = None
+    """Prompt tokens served from the provider's prompt cache, when it reports them."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """Who produced a stream and what it took to get it, carried by its first chunk (a
+    provider may leave it out). The session's ``LLMMetrics`` are built from it."""
+
+    model: str | None = None
+    provider: str | None = None
+    label: str | None = None
+    """The implementing class (``package.module.Class``)."""
+    retries: int = 0
+    """Transient failures retried before this stream's first chunk."""
+    fallback_from: str | None = None
+    """Behind a fallback: the model that was tried first and failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +59,9 @@ class ChatChunk:
     delta: str = ""
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: Usage | None = None
+    """The generation's token counts, normally on the last chunk."""
+    info: StreamInfo | None = None
+    """On the first chunk: which model produced the stream, with how many retries."""
 
 
 class LLMError(Exception):

@@ -65,6 +65,20 @@ class ToolCallRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseUsage:
+    """Token counts of one response, as the provider reported them (``None``: that split
+    was not reported)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    input_text_tokens: int | None = None
+    input_audio_tokens: int | None = None
+    output_text_tokens: int | None = None
+    output_audio_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BackendResponseEnded:
     response_id: str
     status: Literal["completed", "failed", "incomplete", "cancelled"]
@@ -74,6 +88,8 @@ class BackendResponseEnded:
     response completed with no calls, so the voice model speaks its result). There is no
     event for "spoken", so the session waits for the next agent audio, for a bounded time."""
     error: str | None = None
+    usage: ResponseUsage | None = None
+    """What the response consumed, when the provider reports it (``response.done``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from .agent import Agent
 from .agent_record import AgentRecord
 from .context import SessionContext
 from .delivery import Delivery, OutputError
-from .events import FunctionToolsExecutedEvent, MetricsCollectedEvent, SpeechCreatedEvent
+from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent
+from .metrics_emit import LLMMeter, meter_for, watch_delivery
 from .outputs import new_delivery
 from .preemptive import Preemptive, speculation_key
 from .speculation import Speculation
@@ -285,6 +286,7 @@ class AgentActivity:
         reply = speech._reply_ob
         assert reply is not None
         delivery = self._new_delivery(reply)
+        watch_delivery(self._ctx, delivery, speech.id)
         runs: list[ToolCallRun] = []
         chained = False
         try:
@@ -337,10 +339,7 @@ class AgentActivity:
             self._state.close(self._deferred, "carried")
             self._deferred = []
         tools = self._offered_tools(request.step)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        first_token: float | None = None
-        retried = _retries(llm)
+        meter = LLMMeter(llm, speech.id)
         stream = self._prepared_stream(request, tools) or llm.chat(
             self._record.model_context(request.instructions),
             [t.definition for t in tools.values()],
@@ -352,9 +351,8 @@ class AgentActivity:
                     # The agent left while the user was hearing this: what was produced
                     # plays out, nothing more is said or called.
                     break
+                meter.observe(chunk)
                 if chunk.delta:
-                    if first_token is None:
-                        first_token = loop.time()
                     await delivery.push_text(chunk.delta)
                 for request_call in chunk.tool_calls:
                     call = FunctionCall(
@@ -363,20 +361,7 @@ class AgentActivity:
                         arguments=request_call.arguments,
                     )
                     runs.append(self._tools.dispatch(speech, call, tools))
-        self._ctx.events.emit(
-            "metrics_collected",
-            MetricsCollectedEvent(
-                {
-                    "type": "llm",
-                    "speech_id": speech.id,
-                    "ttft": None if first_token is None else first_token - started,
-                    "duration": loop.time() - started,
-                    # Transient failures the model client retried for this reply (a
-                    # client shared by several sessions may count another's too).
-                    "retries": _retries(llm) - retried,
-                }
-            ),
-        )
+        meter_for(self._ctx).emit(meter.metrics())
 
     def _chat_llm(self) -> LLM | None:
         """The chat model replies are generated with (a realtime model voices its own)."""
@@ -576,11 +561,6 @@ class AgentActivity:
 
     def add_user_message(self, text: str) -> ChatMessage:
         return self._record.add_user_message(text)
-
-
-def _retries(llm: LLM) -> int:
-    count = getattr(llm, "retries", 0)
-    return count if isinstance(count, int) else 0
 
 
 def _error_source(exc: Exception) -> str:

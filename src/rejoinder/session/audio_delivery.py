@@ -21,6 +21,7 @@ from ..models.audio_utils import Resampler
 from ..models.text import TextOutput
 from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
 from .delivery import Delivery, OnOutputError, OutputError
+from .metrics_emit import TTSMeter
 from .turn_state import TurnState
 
 
@@ -69,11 +70,18 @@ class AudioDelivery(Delivery):
         """This speech holds the output's playback reports (from its first frame on:
         a speech that has produced no audio yet must not take them from one still
         playing)."""
+        self._meter: TTSMeter | None = None
         self._synthesis = spawn(self._synthesize())
+
+    def observe(self, meter: TTSMeter) -> None:
+        """Report this speech's synthesis and its first audible moment to ``meter``."""
+        self._meter = meter
 
     async def push_text(self, text: str) -> None:
         await super().push_text(text)
         if self._stream is not None:
+            if self._meter is not None:
+                self._meter.text_sent(text)
             self._stream.push_text(text)
             return
         for sentence in self._splitter.push(text):
@@ -154,9 +162,14 @@ class AudioDelivery(Delivery):
                 while (sentence := await self._sentences.get()) is not None:
                     segment = _Segment(sentence, self._captured)
                     self._segments.append(segment)
+                    if self._meter is not None:
+                        self._meter.text_sent(sentence)
                     await self._capture_all(self._tts.synthesize(sentence), segment)
         except Exception as exc:
             self._failure = exc
+        finally:
+            if self._meter is not None:
+                self._meter.ended()
 
     async def _capture_all(
         self, items: AsyncIterable[AudioFrame | WordTiming], segment: _Segment
@@ -208,6 +221,8 @@ class AudioDelivery(Delivery):
                 _Word(segment.start + item.start, segment.start + item.end, item.word)
             )
             return None
+        if self._meter is not None:
+            self._meter.audio(item.duration)
         frame: AudioFrame | None = item
         rate = self._output.sample_rate
         if rate is not None and item.sample_rate != rate:
@@ -244,6 +259,8 @@ class AudioDelivery(Delivery):
     def _playback_started(self) -> None:
         self._playing = True
         self._state.set_audible(self._reply, True)
+        if self._meter is not None:
+            self._meter.heard()
 
     def _playback_finished(self, event: PlaybackFinished) -> None:
         # Audible ends when the reply closes, in the same floor step: clearing it here

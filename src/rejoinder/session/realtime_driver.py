@@ -43,6 +43,7 @@ from ..models.realtime import (
     UserTurnEnded,
 )
 from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
+from .metrics_emit import RealtimeMeter
 from .provider_obligations import ProviderObligations
 from .realtime_playout import Burst, RealtimePlayout
 from .realtime_record import RealtimeRecord
@@ -88,6 +89,7 @@ class RealtimeDriver:
         self._handles: list[SpeechHandle] = []
         """Replies the application asked for: done once the provider owes nothing more
         and nothing plays (a preamble is not the whole reply)."""
+        self._meter = RealtimeMeter(ctx, model)
         self._user_speaking = False
         self._connection = 0
         """Bumped on every lost connection (a reconnect or a fallback is a new one)."""
@@ -112,7 +114,7 @@ class RealtimeDriver:
             self._state,
             ctx.output.audio,
             spawn=ctx.spawn,
-            started=self._record_of.burst_audible,
+            started=self._burst_audible,
             finished=self._burst_finished,
         )
         ctx.spawn(self._pump_events())
@@ -194,6 +196,7 @@ class RealtimeDriver:
                 committed=None if self.obligations.open_count() or not playout.idle else False,
             )
             self.obligations.audio_starting(reply)
+            self._meter.audio_started()
             assert self._record_of is not None
             burst = playout.begin(reply)
             burst.connection = self._connection
@@ -206,10 +209,12 @@ class RealtimeDriver:
             self._transcript(event)
         elif isinstance(event, BackendResponseStarted):
             self.obligations.response_started(event)
+            self._meter.response_started(event.response_id)
         elif isinstance(event, ToolCallRequested):
             self._tool_called(event)
         elif isinstance(event, BackendResponseEnded):
             self.obligations.response_ended(event, audio_playing=playout.audible)
+            self._meter.response_ended(event)
         elif isinstance(event, ReplyRefused):
             logger.warning("the provider refused a requested reply: %s", event.error)
             self.obligations.reply_refused()
@@ -255,6 +260,7 @@ class RealtimeDriver:
             self._user_speaking = False
             self._state.set_user_speaking(False)
         self._state.user_activity()
+        self._meter.user_turn_ended()
         if text.strip():
             self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
@@ -272,6 +278,11 @@ class RealtimeDriver:
         self._record_of.agent_text(event, self._playout.receiving)
 
     # ------------------------------------------------------------- agent audio
+
+    def _burst_audible(self, burst: Burst) -> None:
+        assert self._record_of is not None
+        self._record_of.burst_audible(burst)
+        self._meter.heard()
 
     def _burst_finished(self, burst: Burst, played: PlaybackFinished) -> None:
         text = "".join(burst.text).strip()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from ..models.stt import STT, StreamingSTT
 from .events import UserInputTranscribedEvent
+from .metrics_emit import meter_for
 
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
@@ -89,6 +90,7 @@ class UserTurns:
         self._voiced_seen = 0.0  # the VAD's speech_seconds at the last frame
         self._paused_for = 0.0  # seconds of the current pause inside speech
         self._ended_at: float | None = None
+        self._transcribed_at: float | None = None  # the turn's last final transcript
         self._commit_timer: asyncio.TimerHandle | None = None
         self._barge_in_timer: asyncio.TimerHandle | None = None
         self._resume_timer: asyncio.TimerHandle | None = None
@@ -282,9 +284,12 @@ class UserTurns:
             return
         self._recognizing += 1
         # In the session's scope: an utterance outlives a handoff.
-        self._ctx.spawn(self._recognize_utterance(frames, early))
+        ended = asyncio.get_running_loop().time()
+        self._ctx.spawn(self._recognize_utterance(frames, early, ended))
 
-    async def _recognize_utterance(self, frames: list[AudioFrame], early: _Early | None) -> None:
+    async def _recognize_utterance(
+        self, frames: list[AudioFrame], early: _Early | None, audio_ended_at: float
+    ) -> None:
         try:
             if early is None:
                 text = (await self._stt.recognize(frames)).strip()
@@ -293,6 +298,12 @@ class UserTurns:
                 if isinstance(outcome, Exception):
                     raise outcome
                 text = outcome.strip()
+            meter_for(self._ctx).stt_done(
+                self._stt,
+                audio_duration=sum(frame.duration for frame in frames),
+                audio_ended_at=audio_ended_at,
+                streamed=self._streaming,
+            )
         except Exception as exc:
             logger.warning("speech recognition failed: %s", exc)
             self._ctx.emit_error(exc, source="stt", recoverable=True)
@@ -305,6 +316,7 @@ class UserTurns:
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
             self._transcript.append(text)
+            self._transcribed_at = asyncio.get_running_loop().time()
             self._words_heard(text)
             if self._options.preemptive_generation and not self._vad.speaking:
                 self._speculate(" ".join(self._transcript))
@@ -343,6 +355,12 @@ class UserTurns:
         text = " ".join(self._transcript).strip() or self._interim.strip()
         self._transcript, self._interim = [], ""
         if text:
+            if self._ended_at is not None:
+                transcribed = self._transcribed_at
+                meter_for(self._ctx).user_turn_committed(
+                    self._ended_at, self._ended_at if transcribed is None else transcribed
+                )
+            self._transcribed_at = None
             self._on_turn(text)
 
     def clear(self) -> None:

@@ -179,19 +179,25 @@ def tool_call_delta(
     return fragment
 
 
-def usage_chunk(prompt_tokens: int, completion_tokens: int) -> JSONObject:
-    """The final ``stream_options.include_usage`` chunk: no choices, just usage."""
+def usage_chunk(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+) -> JSONObject:
+    """The final ``stream_options.include_usage`` chunk: no choices, just usage
+    (``cached_tokens`` goes in ``prompt_tokens_details``, as OpenAI reports it)."""
+    usage: JSONObject = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": DEFAULT_MODEL,
         "choices": [],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     }
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from ..models import LLM, ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolChoice
+from ..models import LLM, ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolChoice, Usage
 from ..models.tools import ToolDefinition
 
 
@@ -42,7 +42,10 @@ class Fail:
     message: str = "scripted failure"
 
 
-Step: TypeAlias = str | ToolCall | Delay | Gate | Fail
+Step: TypeAlias = str | ToolCall | Delay | Gate | Fail | Usage
+"""A ``Usage`` (``rejoinder.models.Usage(prompt_tokens, completion_tokens,
+cached_tokens)``) is sent as a chunk carrying only those token counts, as a provider
+reports them at the end of a stream."""
 Response: TypeAlias = Sequence[Step]
 
 
@@ -55,9 +58,16 @@ class ScriptedCall:
 
 class ScriptedLLM(LLM):
     """``responses`` is a list consumed one per ``chat()`` call, or a function of the
-    chat context returning the response. Running out of responses is an ``LLMError``."""
+    chat context returning the response. Running out of responses is an ``LLMError``.
+    ``model`` is the name it reports (``"scripted"``; set it to tell two apart)."""
 
-    def __init__(self, responses: Sequence[Response] | Callable[[ChatContext], Response]) -> None:
+    def __init__(
+        self,
+        responses: Sequence[Response] | Callable[[ChatContext], Response],
+        *,
+        model: str = "scripted",
+    ) -> None:
+        self._model = model
         self._responses = responses if callable(responses) else list(responses)
         self._next = 0
         self._call_ids = 0
@@ -65,7 +75,7 @@ class ScriptedLLM(LLM):
 
     @property
     def model(self) -> str:
-        return "scripted"
+        return self._model
 
     @property
     def provider(self) -> str:
@@ -108,3 +118,5 @@ class ScriptedLLM(LLM):
                 await step.event.wait()
             elif isinstance(step, Fail):
                 raise LLMError(step.message)
+            elif isinstance(step, Usage):
+                yield ChatChunk(usage=step)

@@ -54,6 +54,7 @@ from ._realtime_wire import (
     require_str,
     response_cancel,
     response_create,
+    response_usage,
     status_error,
     tool_output_note,
 )
@@ -425,7 +426,8 @@ class RealtimeProtocol:
         if raw_status not in _STATUSES:
             error = f"unexpected response status {raw_status!r}"
         events = self._audio.response_done(response_id)
-        events.append(BackendResponseEnded(response_id, status, error=error))
+        usage = response_usage(response.get("usage"))
+        events.append(BackendResponseEnded(response_id, status, error=error, usage=usage))
         send, lost = self._tools.response_done(response_id, status)
         if send:
             self._send_continuation()

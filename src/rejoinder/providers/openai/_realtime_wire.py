@@ -22,6 +22,7 @@ from ...models.chat import (
     FunctionCallOutput,
     new_id,
 )
+from ...models.realtime import ResponseUsage
 
 if TYPE_CHECKING:
     from ...models.tools import ToolDefinition
@@ -243,3 +244,25 @@ def status_error(status: str, details: JSONObject) -> str | None:
     if status == "incomplete":
         return opt_str(details, "reason") or "the response is incomplete"
     return None
+
+
+def response_usage(value: object) -> ResponseUsage | None:
+    """A ``response.done``'s ``usage``: totals, and the text/audio split (and cached input)
+    where reported. Anything malformed reads as not reported."""
+    if not isinstance(value, dict):
+        return None
+
+    def count(obj: object, key: str) -> int | None:
+        number = obj.get(key) if isinstance(obj, dict) else None
+        return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+    inputs, outputs = value.get("input_token_details"), value.get("output_token_details")
+    return ResponseUsage(
+        input_tokens=count(value, "input_tokens") or 0,
+        output_tokens=count(value, "output_tokens") or 0,
+        input_text_tokens=count(inputs, "text_tokens"),
+        input_audio_tokens=count(inputs, "audio_tokens"),
+        output_text_tokens=count(outputs, "text_tokens"),
+        output_audio_tokens=count(outputs, "audio_tokens"),
+        cached_tokens=count(inputs, "cached_tokens"),
+    )

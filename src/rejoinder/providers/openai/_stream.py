@@ -257,7 +257,11 @@ def _usage(value: object, data: str) -> Usage | None:
     completion = value.get("completion_tokens") or 0
     if not isinstance(prompt, int) or not isinstance(completion, int):
         raise _malformed("`usage` token counts are not integers", data)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion)
+    details = value.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int) or isinstance(cached, bool):
+        cached = None  # not reported (or not a count): unknown, not zero
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
 
 
 def _stream_error(error: object) -> LLMError:

@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ... import models
-from ...models import ChatChunk, ChatContext, LLMError, ToolDefinition
+from ...models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
+from ...models.metrics import label_of
 from . import _convert
 from ._auth import DEFAULT_BASE_URL, api_key_from, base_url_from
 from ._retry import RetryPolicy, log_retry, retry_after, transient_status
@@ -186,6 +187,11 @@ class LLM(models.LLM):
             if not session.closed:
                 await session.close()
 
+    def _info(self, retries: int) -> StreamInfo:
+        return StreamInfo(
+            model=self._model, provider="openai", label=label_of(self), retries=retries
+        )
+
     # -- HTTP ---------------------------------------------------------------------------
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -227,7 +233,10 @@ class LLM(models.LLM):
                 # aclosing: a consumer that stops early must close the try's response now.
                 async with contextlib.aclosing(self._try(url, payload, timeout, attempt)) as tried:
                     async for chunk in tried:
-                        attempt.delivered = True
+                        if not attempt.delivered:
+                            attempt.delivered = True
+                            yield replace(chunk, info=self._info(retries))
+                            continue
                         yield chunk
                 return
             except LLMError as error:
