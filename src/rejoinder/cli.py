@@ -229,6 +229,13 @@ def _add_server_commands(commands: Any) -> None:
     dev.add_argument(
         "--no-reload", dest="reload", action="store_false", help="do not reload FILE on change"
     )
+    serve.add_argument(
+        "--inspect",
+        action="store_true",
+        help="serve GET /sessions: what each live session owes and its timeline (they "
+        "hold transcripts: keep it behind your own authentication); dev always does",
+    )
+    dev.set_defaults(inspect=True)
     serve.set_defaults(reload=False)
 
 
@@ -259,6 +266,7 @@ def _run_server(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         command=args.command,
         telephony=tuple(args.telephony),
+        inspect=args.inspect,
         public_url=args.public_url,
         twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,
     )

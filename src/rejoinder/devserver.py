@@ -67,6 +67,8 @@ class ServerOptions:
     max_sessions: int | None = None
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     command: str = "serve"
+    inspect: bool = False
+    """Serve ``GET /sessions`` (live sessions' obligations and timelines)."""
     telephony: tuple[str, ...] = ()
     """Phone providers whose webhooks and media sockets to serve."""
     public_url: str | None = None
@@ -150,7 +152,11 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
     gate: SessionGate[Any] = SessionGate(options.max_sessions)
     try:
         app = create_app(
-            entry, gate=gate, telephony=options.telephony, telephony_options=_phone(options)
+            entry,
+            gate=gate,
+            telephony=options.telephony,
+            telephony_options=_phone(options),
+            inspect=options.inspect,
         )
     except ValueError as exc:  # a bad --public-url
         _error(command, str(exc))
@@ -256,6 +262,8 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
         f"  WebRTC:    {webrtc or 'POST ' + _url(options.host, port, '/api/offer')}",
         f"  health:    {_url(options.host, port, '/healthz')}",
     ]
+    if options.inspect:
+        lines.append(f"  sessions:  {_url(options.host, port, '/sessions')} (owed now, timelines)")
     for provider in options.telephony:
         lines.append(f"  phone:     {_phone_line(options, port, provider)}")
     if options.max_sessions is not None:

@@ -75,6 +75,7 @@ def create_app(
     gate: SessionGate[Connection] | None = None,
     telephony: Sequence[str] = (),
     telephony_options: TelephonyOptions | None = None,
+    inspect: bool = False,
 ) -> web.Application:
     """An application serving ``entrypoint`` (called once per client connection).
 
@@ -83,7 +84,9 @@ def create_app(
     ``POST /api/offer`` when the extra is installed, ``False`` never, a
     ``rejoinder.io.webrtc.WebRTCOptions`` always (with those options). ``page``: serve
     the browser page at ``GET /``. ``telephony``: phone providers to serve (``"twilio"``,
-    ``"telnyx"``, ``"plivo"``), with ``telephony_options``.
+    ``"telnyx"``, ``"plivo"``), with ``telephony_options``. ``inspect``: mount
+    ``GET /sessions`` (what each live session owes, and its timeline; see
+    ``rejoinder.io.inspect``).
     """
     if gate is None:
         gate = SessionGate(max_sessions=max_sessions, close=_close_session)
@@ -124,6 +127,10 @@ def create_app(
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(body=server_metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
+    if inspect:
+        from .inspect import add_inspect_routes
+
+        add_inspect_routes(app, gate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

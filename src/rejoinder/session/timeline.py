@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "Timeline", "read_timeline"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "Timeline", "json_safe", "read_timeline"]
 
 logger = logging.getLogger("rejoinder")
 
@@ -115,7 +115,7 @@ class Timeline:
     def _write(self, entry: Mapping[str, Any]) -> None:
         assert self._sink is not None
         try:
-            self._sink.write(json.dumps(_json_safe(entry), separators=(",", ":")) + "\n")
+            self._sink.write(json.dumps(json_safe(entry), separators=(",", ":")) + "\n")
         except (OSError, ValueError) as exc:  # a full disk must not break the session
             logger.warning("writing the timeline failed, not writing it any more: %r", exc)
             self._sink = None
@@ -137,19 +137,21 @@ def read_timeline(lines: Iterable[str]) -> list[dict[str, Any]]:
     return entries
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """An entry (or any value in one) as plain JSON values: dataclasses and objects with
+    ``to_dict`` become dicts, non-finite floats null, anything else its ``repr``."""
     if isinstance(value, str | bool | int) or value is None:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
-        return _json_safe(to_dict())
+        return json_safe(to_dict())
     slots = getattr(type(value), "__dataclass_fields__", None)
     if slots is not None:
-        return {name: _json_safe(getattr(value, name)) for name in slots}
+        return {name: json_safe(getattr(value, name)) for name in slots}
     return repr(value)

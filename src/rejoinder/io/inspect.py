@@ -1,0 +1,75 @@
+"""``GET /sessions``: what each live session owes and why, and its timeline — the
+operator's view of "why is it stuck thinking" on a running server.
+
+- ``GET /sessions``: every live connection's session: ids, transport, the current agent,
+  the agent and user states, and ``owed`` (``session.owed()``: kind, owner, label, age,
+  deadline, committed, audible).
+- ``GET /sessions/{id}/timeline``: that session's timeline as JSON lines (the format of
+  ``rejoinder.session.timeline``), ready for ``rejoinder timeline FILE -o turn.png``;
+  ``?since=T`` keeps the entries from loop time ``T`` on.
+
+Transcripts and tool arguments are in there, so the routes are mounted only when asked
+(``create_app(..., inspect=True)``; ``rejoinder dev`` does, ``rejoinder serve`` with
+``--inspect``): put them behind your own authentication on a public server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ..session.timeline import json_safe
+from .admission import SessionGate
+from .connection import Connection
+
+__all__ = ["add_inspect_routes"]
+
+
+def add_inspect_routes(app: web.Application, gate: SessionGate[Connection]) -> None:
+    async def sessions(_request: web.Request) -> web.Response:
+        return web.json_response({"sessions": [_describe(c) for c in gate.connections]})
+
+    async def timeline(request: web.Request) -> web.StreamResponse:
+        wanted = request.match_info["id"]
+        conn = next(
+            (c for c in gate.connections if c.session is not None and c.session.id == wanted),
+            None,
+        )
+        if conn is None or conn.session is None:
+            return web.json_response({"error": f"no live session {wanted!r}"}, status=404)
+        try:
+            since = float(request.query.get("since", "-inf"))
+        except ValueError:
+            return web.json_response({"error": "since must be a number"}, status=400)
+        lines = [
+            json.dumps(json_safe(e), separators=(",", ":"))
+            for e in conn.session.timeline.entries()
+            if e["t"] >= since
+        ]
+        body = "\n".join(lines) + ("\n" if lines else "")
+        return web.Response(text=body, content_type="application/x-ndjson", charset="utf-8")
+
+    app.router.add_get("/sessions", sessions)
+    app.router.add_get("/sessions/{id}/timeline", timeline)
+
+
+def _describe(conn: Connection) -> dict[str, Any]:
+    session = conn.session
+    row: dict[str, Any] = {"connection": conn.id, "transport": conn.transport}
+    if session is None:
+        return {**row, "session": None}
+    try:
+        agent: str | None = session.current_agent.id
+    except RuntimeError:
+        agent = None
+    return {
+        **row,
+        "session": session.id,
+        "agent": agent,
+        "agent_state": session.agent_state,
+        "user_state": session.user_state,
+        "owed": [dataclasses.asdict(o) for o in session.owed()],
+    }
