@@ -38,6 +38,11 @@ API_NAMES = [
     "MetricsCollectedEvent",
     "ErrorEvent",
     "CloseEvent",
+    "AwayTimerEvent",
+    "BackgroundToolFinishedEvent",
+    "SpeculationEvent",
+    "UserTurnDiscardedEvent",
+    "Owed",
     "DTMFEvent",
     "CollectDigits",
     # metrics

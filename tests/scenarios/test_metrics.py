@@ -17,7 +17,6 @@ import pytest
 import rejoinder as rj
 from rejoinder.models import Usage
 from rejoinder.providers import openai
-from rejoinder.session.usage import UsageCollector
 from rejoinder.testing import (
     Delay,
     MemoryAudioInput,
@@ -248,7 +247,6 @@ class VoiceCall:
         self.session.input.audio = self.mic
         self.session.output.audio = MemoryAudioOutput(24000)
         self.collected = Collected(self.session)
-        self.usage = UsageCollector(self.session)
         self.timeline = StateTimeline(self.session)
 
     async def speak(self, seconds: float) -> float:
@@ -298,7 +296,7 @@ async def test_usage_sums_per_model_across_two_turns() -> None:
     await call.mic.push_silence(3.0)
 
     assert len(call.collected.of(rj.VoiceLatencyMetrics)) == 2
-    usage = call.usage.usage
+    usage = call.session.usage
     assert list(usage) == [
         "rejoinder.testing.scripted_audio.ScriptedSTT",
         "scripted",
@@ -315,7 +313,7 @@ async def test_usage_sums_per_model_across_two_turns() -> None:
     assert tts.tts_audio_duration == pytest.approx(sum(call.tts.duration_of(t) for t in spoken))
     stt = usage["rejoinder.testing.scripted_audio.ScriptedSTT"]
     assert stt.stt_audio_duration == pytest.approx(sum(call.stt.utterances))
-    assert usage is not call.usage.usage  # a copy
+    assert usage is not call.session.usage  # a copy
     await call.session.aclose()
 
 
@@ -345,7 +343,7 @@ async def test_realtime_usage_and_timing_from_response_done(oai: OpenAIRealtimeS
     rigs: list[Rig] = []
     rig = await realtime(oai, rigs)
     collected = Collected(rig.session)
-    usage = UsageCollector(rig.session)
+    usage = rig.session
     await user_says(oai, rig, "Hello?")
     assert collected.of(rj.VoiceLatencyMetrics) == []
     turn_ended = now()  # the provider's turn end reached the session in user_says

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..models import LLM, ChatContext
 from ..models.chat import new_id
+from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
 from .activity import AgentActivity, running_activity
 from .agent import Agent
@@ -42,6 +43,7 @@ from .timeline import Timeline
 from .timeline_events import Owed, owed_now, record_events
 from .tools import FunctionTool
 from .turn_state import TurnState
+from .usage import UsageCollector
 from .user_turns import UserTurns
 
 if TYPE_CHECKING:
@@ -116,6 +118,7 @@ class AgentSession(Generic[Userdata]):
         self.input = SessionInput()
         self.output = SessionOutput()
         self._events = EventEmitter()
+        self._usage = UsageCollector(self._events)
         self.id = new_id("session")
         self._timeline = Timeline()
         record_events(self._timeline, self._events)
@@ -173,6 +176,12 @@ class AgentSession(Generic[Userdata]):
         """What the session did and why, on loop time (``rejoinder.session.timeline``):
         ``timeline.entries()``, or ``timeline.write_to(path)`` for JSON lines."""
         return self._timeline
+
+    @property
+    def usage(self) -> dict[str, UsageSummary]:
+        """What each model consumed so far, by model name (its label when it has none):
+        the sums of this session's ``metrics_collected`` events."""
+        return self._usage.usage
 
     def owed(self) -> list[Owed]:
         """What is owed or being worked on right now, and why: the answer to "why is it
