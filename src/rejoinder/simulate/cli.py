@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -129,7 +130,9 @@ def write_jsonl(entries: list[dict[str, Any]], path: Path) -> None:
 def draw(entries: list[dict[str, Any]], path: Path) -> str | None:
     """Draw with ``rejoinder.timeline_plot``; the problem, if it cannot."""
     try:
-        from .. import timeline_plot  # type: ignore[attr-defined, unused-ignore]
+        # By its full name: a package attribute left by an earlier import must not hide
+        # a module that cannot be imported now.
+        timeline_plot = importlib.import_module("rejoinder.timeline_plot")
     except ImportError as exc:
         return (
             f"--picture needs rejoinder.timeline_plot and matplotlib "
