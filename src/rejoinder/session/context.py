@@ -82,6 +82,8 @@ class SessionContext:
         self._context = context
         self._tg: asyncio.TaskGroup | None = None
         self._closing = False
+        self.meter: Any = None
+        """The session's metrics meter (``metrics_emit.meter_for`` makes it on first use)."""
 
     # ------------------------------------------------------------- models
 

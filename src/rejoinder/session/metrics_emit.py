@@ -14,7 +14,6 @@ All times are ``loop.time()``.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from typing import TYPE_CHECKING
 
 from ..models.metrics import (
@@ -35,14 +34,13 @@ if TYPE_CHECKING:
     from .context import SessionContext
     from .events import EventEmitter
 
-_meters: weakref.WeakKeyDictionary[SessionContext, SessionMeter] = weakref.WeakKeyDictionary()
-
 
 def meter_for(ctx: SessionContext) -> SessionMeter:
-    """The session's meter (created on first use)."""
-    meter = _meters.get(ctx)
-    if meter is None:
-        meter = _meters[ctx] = SessionMeter(ctx.events)
+    """The session's meter (created on first use, kept on the context: a table keyed by
+    the context would keep every session alive through the meter's own references)."""
+    meter = ctx.meter
+    if not isinstance(meter, SessionMeter):
+        meter = ctx.meter = SessionMeter(ctx.events)
     return meter
 
 
