@@ -105,12 +105,15 @@ class _Run:
         self.rows: list[Row] = []
         self.errors: list[str] = []
         self.problems: list[str] = []
-        self.agent_state = "initializing"
-        self.user_state = "listening"
+        self.session: AgentSession[Any] | None = None
         self.scenario_entries: list[dict[str, Any]] = []
 
     def log(self, what: str) -> None:
-        self.rows.append(Row(self.now(), self.agent_state, self.user_state, what))
+        # The states as the session reports them now (it is the only source of them).
+        session = self.session
+        agent = session.agent_state if session is not None else "initializing"
+        user = session.user_state if session is not None else "listening"
+        self.rows.append(Row(self.now(), agent, user, what))
 
     @staticmethod
     def now() -> float:
@@ -123,7 +126,7 @@ class _Run:
         scenario = self.scenario
         session = self._session()
         timeline = StateTimeline(session)
-        self.agent_state, self.user_state = timeline.initial["agent"], timeline.initial["user"]
+        self.session = session
         self._subscribe(session)
         mic = session.input.audio if scenario.voice else None
         await session.start(self.agents.main())
@@ -187,11 +190,9 @@ class _Run:
 
     def _subscribe(self, session: AgentSession[Any]) -> None:
         def agent_changed(ev: Any) -> None:
-            self.agent_state = ev.new_state
             self.log(f"agent {ev.old_state} → {ev.new_state}")
 
         def user_changed(ev: Any) -> None:
-            self.user_state = ev.new_state
             self.log(f"user {ev.old_state} → {ev.new_state}")
 
         session.on("agent_state_changed", agent_changed)
