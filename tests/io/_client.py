@@ -67,8 +67,11 @@ class VoiceClient:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    async def start(self, within: float = 10.0) -> Ready:
-        await self.ws.send_str(json.dumps({"type": "start", "sample_rate": self.mic_rate}))
+    async def start(self, within: float = 10.0, *, timeline: bool = False) -> Ready:
+        start: dict[str, Any] = {"type": "start", "sample_rate": self.mic_rate}
+        if timeline:
+            start["timeline"] = True
+        await self.ws.send_str(json.dumps(start))
         self._tasks.append(asyncio.create_task(self._read()))
         ready = await self.wait_for(lambda m: isinstance(m, Ready), within)
         assert isinstance(ready, Ready)

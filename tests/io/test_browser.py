@@ -333,3 +333,43 @@ def test_page_files_are_package_data() -> None:
     for name in ("index.html", "page.css", "audio-worklet.js"):
         text = (static / name).read_text()
         assert "http://" not in text and "https://" not in text  # nothing from the network
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_the_floor_strip_draws_the_live_timeline(
+    serve: Any, open_page: Any, silent_wav: Path, transport: str
+) -> None:
+    url, app = await serve(_entrypoint([[ToolCall("check_clock")], ["Hello there."]], []))
+    if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, silent_wav)
+    await page.click(f"#t-{transport}")
+    await page.click("#connect")
+    await page.wait_for_function("() => !document.querySelector('#text').disabled")
+    await page.wait_for_function("() => window.rejoinder.audio.rate > 0")
+    await page.fill("#text", "What time is it?")
+    await page.press("#text", "Enter")
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('.msg.agent')].some((el) => "
+        "el.textContent === 'Hello there.' && !el.classList.contains('interim'))",
+        timeout=15000,
+    )
+    await page.wait_for_function(
+        "() => document.querySelector('#agent-state').dataset.state === 'listening'"
+    )
+    # the strip catches up on its next redraw (at most 200 ms)
+    await page.wait_for_function(
+        "() => Number(document.querySelector('#floor').dataset.bars) >= 1"
+        " && document.querySelector('#floor').dataset.open === ''",
+        timeout=2000,
+    )
+    entries = await page.evaluate("() => window.rejoinder.timeline")
+    kinds = {e["kind"] for e in entries}
+    assert {"agent_state", "ob_opened", "ob_closed"} <= kinds
+    assert "transcript" not in kinds
+    obs = {e["ob"] for e in entries if e["kind"] == "ob_opened"}
+    assert "reply" in obs
+    await page.wait_for_timeout(300)
+    if transport == "websocket":
+        await page.screenshot(path="/tmp/page_timeline.png")
+    assert not page.errors

@@ -21,6 +21,7 @@ from rejoinder.io.protocol import (
     ProtocolError,
     Ready,
     Start,
+    TimelineMessage,
     ToolMessage,
     TranscriptMessage,
     UserStateMessage,
@@ -139,6 +140,7 @@ def test_unknown_type_has_its_own_code() -> None:
         TranscriptMessage(role="user", text="h", final=False),
         ToolMessage(name="lookup", call_id="c1", status="finished", error=False),
         MetricsMessage(metrics={"ttft": 0.1, "nested": {"a": [1, None]}}),
+        TimelineMessage(entry={"t": 1.19, "kind": "ob_flag", "id": 1, "flag": "audible"}),
         ErrorMessage(code="unknown_type", message="no"),
     ],
 )
@@ -147,6 +149,63 @@ def test_server_messages_round_trip(message: Any) -> None:
     assert json.loads(text)["type"] == message.type
     assert parse_server_message(text) == message
     assert "null" not in text or isinstance(message, MetricsMessage)  # unset fields left out
+
+
+def test_start_asks_for_the_timeline_only_when_told() -> None:
+    start = parse_client_message('{"type":"start","sample_rate":16000}')
+    assert isinstance(start, Start) and start.timeline is False
+    start = parse_client_message('{"type":"start","sample_rate":16000,"timeline":true}')
+    assert start == Start(sample_rate=16000, timeline=True)
+    assert json.loads(encode(start)) == {"type": "start", "sample_rate": 16000, "timeline": True}
+    for junk in ('"yes"', "1", "null", "[]"):
+        with pytest.raises(ProtocolError) as caught:
+            parse_client_message('{"type":"start","sample_rate":16000,"timeline":' + junk + "}")
+        assert caught.value.code == ErrorCode.INVALID_MESSAGE
+
+
+def test_a_timeline_message_keeps_the_entry_whole() -> None:
+    text = (
+        '{"type":"timeline","x":1,"entry":{"t":0.984,"kind":"ob_opened","id":1,'
+        '"ob":"reply","owner":"a","label":null,"committed":true,"future":[1,{"a":2}]}}'
+    )
+    message = parse_server_message(text)
+    assert isinstance(message, TimelineMessage)
+    assert message.entry["label"] is None and message.entry["future"] == [1, {"a": 2}]
+    assert parse_server_message(encode(message)) == message  # nulls inside the entry stay
+    unknown = parse_server_message('{"type":"timeline","entry":{"t":0,"kind":"new_kind"}}')
+    assert isinstance(unknown, TimelineMessage)  # a reader skips kinds it does not know
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        None,
+        [],
+        "ob_opened",
+        {},
+        {"kind": "ob_opened"},
+        {"t": "1", "kind": "ob_opened"},
+        {"t": True, "kind": "ob_opened"},
+        {"t": 1e999, "kind": "ob_opened"},
+        {"t": 1.0},
+        {"t": 1.0, "kind": 3},
+    ],
+)
+def test_a_timeline_message_without_an_entry_is_invalid(entry: Any) -> None:
+    text = (
+        json.dumps({"type": "timeline", "entry": entry})
+        if entry is not None
+        else ('{"type":"timeline"}')
+    )
+    with pytest.raises(ProtocolError) as caught:
+        parse_server_message(text)
+    assert caught.value.code == ErrorCode.INVALID_MESSAGE
+
+
+def test_a_client_cannot_send_a_timeline_message() -> None:
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message('{"type":"timeline","entry":{"t":0,"kind":"agent_state"}}')
+    assert caught.value.code == ErrorCode.UNKNOWN_TYPE
 
 
 @given(json_values)

@@ -18,11 +18,13 @@ from aiohttp.test_utils import TestServer
 import rejoinder as rj
 from rejoinder.io import Connection, create_app
 from rejoinder.io.protocol import (
+    TIMELINE_KINDS,
     AgentStateMessage,
     Clear,
     CloseCode,
     ErrorMessage,
     MetricsMessage,
+    TimelineMessage,
     ToolMessage,
     TranscriptMessage,
 )
@@ -334,3 +336,44 @@ async def test_a_client_that_vanishes_mid_answer_closes_its_session(serve: Any) 
         assert conns[0].left and session.agent_state == "listening"
         async with http.get(url.replace("/ws", "/healthz")) as health:
             assert (await health.json())["sessions"] == 0
+
+
+async def test_a_client_that_asks_for_the_timeline_gets_the_floors_entries(serve: Any) -> None:
+    url, _, conns = await serve(scripted([["Hi."], ["Hi."]], ["Hello.", "Hello."]))
+    clients: list[VoiceClient] = []
+    async with aiohttp.ClientSession() as http:
+        for asks in (True, False):
+            async with http.ws_connect(url) as ws:
+                client = VoiceClient(ws, MIC)
+                await client.start(timeline=asks)
+                await client.silence(0.2)
+                await client.speak(tone(0.5))
+                await client.wait_for(
+                    lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final,
+                    10,
+                )
+
+                def idle(c: VoiceClient = client) -> bool:
+                    return c.states()[-1][1] == "listening"
+
+                await client.until(idle, 5)
+                await client.silence(0.3)
+                await client.close()
+                clients.append(client)
+    asked, other = clients
+    assert [c.wants_timeline for c in conns] == [True, False]
+    assert other.of_type(TimelineMessage) == []
+    entries = [m.entry for m in asked.of_type(TimelineMessage)]
+    kinds = {e["kind"] for e in entries}
+    assert kinds <= TIMELINE_KINDS and "transcript" not in kinds and "metrics" not in kinds
+    times = [e["t"] for e in entries]
+    assert times == sorted(times) and 0 <= times[0] < 5
+    opened = next(
+        i for i, e in enumerate(entries) if e["kind"] == "ob_opened" and e["ob"] == "reply"
+    )
+    states = [(i, e["state"]) for i, e in enumerate(entries) if e["kind"] == "agent_state"]
+    thinking = next(i for i, s in states if s == "thinking" and i > opened)
+    speaking = next(i for i, s in states if s == "speaking" and i > thinking)
+    assert states[-1][1] == "listening" and states[-1][0] > speaking
+    reply = entries[opened]["id"]
+    assert any(e["kind"] == "ob_closed" and e["id"] == reply for e in entries[opened:])

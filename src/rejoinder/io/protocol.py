@@ -18,7 +18,7 @@ import math
 from enum import IntEnum
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 __all__ = [
     "MAX_SAMPLE_RATE",
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_USER_TEXT_CHARS",
     "MIN_SAMPLE_RATE",
     "PROTOCOL_VERSION",
+    "TIMELINE_KINDS",
     "AgentStateMessage",
     "Clear",
     "ClientMessage",
@@ -38,6 +39,7 @@ __all__ = [
     "Ready",
     "ServerMessage",
     "Start",
+    "TimelineMessage",
     "ToolMessage",
     "TranscriptMessage",
     "UserStateMessage",
@@ -120,6 +122,8 @@ class Start(_Message):
 
     type: Literal["start"] = "start"
     sample_rate: Annotated[int, Field(ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE)]
+    timeline: bool = False
+    """Send ``timeline`` messages: the floor's entries of the session timeline."""
 
 
 class Played(_Message):
@@ -196,6 +200,39 @@ class MetricsMessage(_Message):
     metrics: dict[str, Any]
 
 
+TIMELINE_KINDS = frozenset(
+    {
+        "agent_state",
+        "user_state",
+        "ob_opened",
+        "ob_closed",
+        "ob_handed_over",
+        "ob_flag",
+        "ob_expired",
+    }
+)
+"""Timeline entry kinds a ``timeline`` message carries (``rejoinder.session.timeline``)."""
+
+
+class TimelineMessage(_Message):
+    """One entry of the session timeline (``{"t", "kind", ...fields}``), ``t`` in seconds
+    since the session started. Only for a client whose ``start`` asked for it; the kinds
+    are ``TIMELINE_KINDS`` today, and a client skips kinds it does not know."""
+
+    type: Literal["timeline"] = "timeline"
+    entry: dict[str, Any]
+
+    @field_validator("entry")
+    @classmethod
+    def _an_entry(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        t = entry.get("t")
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise ValueError('an entry has a finite number "t"')
+        if not isinstance(entry.get("kind"), str):
+            raise ValueError('an entry has a string "kind"')
+        return entry
+
+
 class ErrorMessage(_Message):
     type: Literal["error"] = "error"
     code: str
@@ -212,6 +249,7 @@ ServerMessage: TypeAlias = (
     | TranscriptMessage
     | ToolMessage
     | MetricsMessage
+    | TimelineMessage
     | ErrorMessage
 )
 _server_adapter: TypeAdapter[ServerMessage] = TypeAdapter(

@@ -175,6 +175,7 @@ class WebSocketPeer:
             remote=self._remote,
             query=self._query,
             match_tts_rate=self.options.match_tts_rate,
+            wants_timeline=message.timeline,
         )
         return self.connection
 

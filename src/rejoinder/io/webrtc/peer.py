@@ -174,6 +174,8 @@ class WebRTCPeer:
             send=self._send_message,
             remote=self.remote,
             query=self.query,
+            # no start message here: the offer's URL asks for timeline messages
+            wants_timeline=self.query.get("timeline", "").lower() in ("1", "true", "yes"),
         )
         try:
             await (runner or _call)(self._serve(entrypoint), conn)
