@@ -71,12 +71,7 @@ class FunctionTool:
         """Model-written JSON text → validated keyword arguments, or ``ToolError``."""
         import pydantic
 
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        data = arguments_object(self.name, raw)
         try:
             parsed = self.args_model.model_validate(data)
         except pydantic.ValidationError as exc:
@@ -183,3 +178,14 @@ def find_tools(obj: object) -> list[FunctionTool]:
                 seen.add(attr)
                 tools.append(value.__get__(obj, type(obj)))
     return tools
+
+
+def arguments_object(tool: str, raw: str) -> dict[str, Any]:
+    """A tool call's model-written arguments as a JSON object, or ``ToolError``."""
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"arguments for {tool} are not valid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ToolError(f"arguments for {tool} must be a JSON object")
+    return data

@@ -10,7 +10,6 @@ model gives it, works for ``duration`` seconds (in the background after its firs
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from ..discover import EntrypointError, _run_file, module_name_for
 from ..models import ToolError
 from ..models.tools import ToolDefinition, ToolResult
 from ..session import Agent, FunctionTool, RunContext
+from ..session.tools import arguments_object
 from ..testing import Delay, Fail, ToolCall
 from .scenario import AgentSpec, Scenario, ScenarioError, Step, ToolSpec
 
@@ -126,13 +126,7 @@ class ScriptedTool(FunctionTool):
     """A tool from ``tools:``: it takes any arguments the model gives it."""
 
     def parse_arguments(self, raw: str) -> dict[str, Any]:
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise ToolError(f"arguments for {self.name} must be a JSON object")
-        return data
+        return arguments_object(self.name, raw)
 
 
 def scripted_tool(spec: ToolSpec, agents: AgentFactory) -> ScriptedTool:
