@@ -1,16 +1,20 @@
 """Text to speech. A ``TTS`` turns one piece of text into audio frames; the session feeds
-it sentence by sentence as the model's text arrives (``SentenceSplitter``), so the first
-sentence is heard while the rest is still being generated. A ``StreamingTTS`` takes the
-text deltas themselves. Either may report ``WordTiming``s with its audio.
+it sentence by sentence as the model's text arrives (``SentenceSplitter``, in
+``sentences``), so the first sentence is heard while the rest is still being generated,
+each cleaned for speech by the engine's ``text_filter`` (``speech_text``). A
+``StreamingTTS`` takes the text deltas themselves. Either may report ``WordTiming``s
+with its audio.
 """
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .sentences import SentenceSplitter as SentenceSplitter
+from .speech_text import clean_for_speech
 
 if TYPE_CHECKING:
     from .audio import AudioFrame  # numpy: imported only where audio flows
@@ -36,9 +40,22 @@ class WordTiming:
 
 
 class TTS(ABC):
-    def __init__(self, *, sample_rate: int, num_channels: int = 1) -> None:
+    text_filter: Callable[[str], str] | None
+    """What the engine is given of the model's text (``clean_for_speech``: no markdown,
+    no emoji); ``None`` hands it the text as written. The transcript and the history keep
+    the original either way. Set it on the instance (a function set on the class would
+    become a method)."""
+
+    def __init__(
+        self,
+        *,
+        sample_rate: int,
+        num_channels: int = 1,
+        text_filter: Callable[[str], str] | None = clean_for_speech,
+    ) -> None:
         self.sample_rate = sample_rate
         self.num_channels = num_channels
+        self.text_filter = text_filter
 
     @abstractmethod
     def synthesize(self, text: str) -> AsyncIterator[AudioFrame | WordTiming]:
@@ -72,33 +89,3 @@ class StreamingTTS(TTS):
 
     @abstractmethod
     def stream(self) -> TTSStream: ...
-
-
-# A sentence ends at . ! ? (optionally followed by closing quotes/brackets) and white
-# space; abbreviations such as "e.g. " split early, which only costs a little prosody.
-_SENTENCE_END = re.compile(r"""[.!?…]+["')\]]*\s+""")
-
-
-class SentenceSplitter:
-    """Cuts streamed text into sentences: ``push`` returns the ones completed so far,
-    ``flush`` the remainder. Very short fragments are kept for the next sentence."""
-
-    def __init__(self, min_chars: int = 12) -> None:
-        self._pending = ""
-        self._min_chars = min_chars
-
-    def push(self, text: str) -> list[str]:
-        self._pending += text
-        sentences: list[str] = []
-        start = 0
-        for match in _SENTENCE_END.finditer(self._pending):
-            candidate = self._pending[start : match.end()].strip()
-            if len(candidate) >= self._min_chars:
-                sentences.append(candidate)
-                start = match.end()
-        self._pending = self._pending[start:]
-        return sentences
-
-    def flush(self) -> str:
-        rest, self._pending = self._pending.strip(), ""
-        return rest

@@ -18,6 +18,7 @@ from typing import Any
 from ..floor import Obligation
 from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
 from ..models.audio_utils import Resampler
+from ..models.speech_text import SpeechText, clean_for_speech, speech_filter
 from ..models.text import TextOutput
 from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
 from .delivery import Delivery, OnOutputError, OutputError
@@ -32,6 +33,7 @@ class _Segment:
     text: str
     start: float  # seconds into this speech's audio
     duration: float = 0.0
+    silent: bool = False  # nothing to say once cleaned for speech (an emoji, code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,8 @@ class AudioDelivery(Delivery):
         self._output = audio_output
         self._stream: TTSStream | None = tts.stream() if isinstance(tts, StreamingTTS) else None
         self._splitter = SentenceSplitter()
+        # The TTS hears cleaned text; segments, transcript and history keep the original.
+        self._speech = speech_filter(getattr(tts, "text_filter", clean_for_speech))
         self._sentences: asyncio.Queue[str | None] = asyncio.Queue()
         self._segments: list[_Segment] = []
         self._words: list[_Word] = []
@@ -82,13 +86,20 @@ class AudioDelivery(Delivery):
         if self._stream is not None:
             if self._meter is not None:
                 self._meter.text_sent(text)
-            self._stream.push_text(text)
+            if isinstance(self._speech, SpeechText):
+                spoken = self._speech.push(text)
+            else:  # a custom filter sees the deltas
+                spoken = self._speech(text) if self._speech is not None else text
+            if spoken:
+                self._stream.push_text(spoken)
             return
         for sentence in self._splitter.push(text):
             self._sentences.put_nowait(sentence)
 
     async def finish(self) -> None:
         if self._stream is not None:
+            if isinstance(self._speech, SpeechText) and (rest := self._speech.flush()):
+                self._stream.push_text(rest)
             self._stream.end_input()
         else:
             rest = self._splitter.flush()
@@ -124,7 +135,10 @@ class AudioDelivery(Delivery):
     def heard(self) -> str:
         if not self._played.done():
             return ""
-        position = self._played.result().position
+        played = self._played.result()
+        if not played.interrupted and self._parts:
+            return "".join(self._parts).strip()  # all of it, as written (not as spoken)
+        position = played.position
         if self._words:
             # A word counts once most of it was heard.
             return " ".join(w.word for w in self._words if (w.start + w.end) / 2 <= position)
@@ -132,6 +146,9 @@ class AudioDelivery(Delivery):
             self._segments[0].text = "".join(self._parts)
         spoken: list[str] = []
         for segment in self._segments:
+            if segment.silent and position > 0 and segment.start <= position + 1e-6:
+                spoken.append(segment.text)
+                continue
             if segment.duration <= 0:
                 break
             if segment.start + segment.duration <= position + 1e-6:
@@ -160,11 +177,15 @@ class AudioDelivery(Delivery):
                     await self._stream.aclose()
             else:
                 while (sentence := await self._sentences.get()) is not None:
+                    spoken = self._speech(sentence) if self._speech is not None else sentence
+                    if not spoken:  # nothing to say (an emoji, a table rule, code)
+                        self._segments.append(_Segment(sentence, self._captured, silent=True))
+                        continue
                     segment = _Segment(sentence, self._captured)
                     self._segments.append(segment)
                     if self._meter is not None:
-                        self._meter.text_sent(sentence)
-                    await self._capture_all(self._tts.synthesize(sentence), segment)
+                        self._meter.text_sent(spoken)
+                    await self._capture_all(self._tts.synthesize(spoken), segment)
         except Exception as exc:
             self._failure = exc
         finally:
