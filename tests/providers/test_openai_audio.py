@@ -207,6 +207,19 @@ async def test_tts_retries_after_a_503(server: OpenAIAudioServer) -> None:
     assert len(server.speech_requests) == 2
 
 
+async def test_tts_cut_before_the_first_frame_is_retried(server: OpenAIAudioServer) -> None:
+    server.add_speech(
+        SpeechReply(tone(0.5), cut_after=501), CutConnection(), SpeechReply(tone(0.3))
+    )
+    tts = make_tts(server)
+    try:
+        frames = await all_frames(tts)
+        assert tts.retries == 2
+    finally:
+        await tts.aclose()
+    assert sum(f.duration for f in frames) == pytest.approx(0.3)
+
+
 async def test_tts_400_raises_naming_the_message(server: OpenAIAudioServer) -> None:
     server.add_speech(ErrorReply(400, "Invalid voice 'nope'."))
     tts = make_tts(server, voice="nope")
