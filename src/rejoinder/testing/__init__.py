@@ -4,6 +4,13 @@ from ..io.text import MemoryTextOutput
 from .clock import advance, now
 from .gpt_live_server import GPTLiveServer
 from .memory_audio import MemoryAudioInput, MemoryAudioOutput
+from .openai_audio_server import (
+    OpenAIAudioServer,
+    SpeechReply,
+    TranscriptionRequest,
+    TranscriptReply,
+    tone,
+)
 from .openai_chat_server import (
     CutConnection,
     ErrorReply,
@@ -31,6 +38,7 @@ __all__ = [
     "MemoryAudioInput",
     "MemoryAudioOutput",
     "MemoryTextOutput",
+    "OpenAIAudioServer",
     "OpenAIChatServer",
     "OpenAIRealtimeServer",
     "Pause",
@@ -41,11 +49,15 @@ __all__ = [
     "ScriptedStreamingTTS",
     "ScriptedTTS",
     "ScriptedVAD",
+    "SpeechReply",
     "StateChange",
     "StateTimeline",
     "StreamReply",
     "ToolCall",
+    "TranscriptReply",
+    "TranscriptionRequest",
     "advance",
     "now",
     "speech_frame",
+    "tone",
 ]
