@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import re
+import threading
 import time
 import wave
 from pathlib import Path
@@ -91,6 +92,12 @@ async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
             await call.hang_up()
     finally:
         await server.close()
+        # The example loads its models in a background thread at import; let it finish
+        # here, or it goes on loading (and initialising eSpeak NG, which Piper shares)
+        # under the tests that run next.
+        for thread in threading.enumerate():
+            if thread.name == "load-speech-models":
+                await asyncio.to_thread(thread.join, LOAD_TIMEOUT)
     print(f"\nphone call to the demo agent: {time.perf_counter() - began:.1f} s")
 
     users = [i.content for i in session.history.items if _is(i, "user")]
