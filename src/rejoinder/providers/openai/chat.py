@@ -53,6 +53,16 @@ class Timeout:
     total: float | None = None
     """The whole request (one try of it), stream included."""
 
+    @classmethod
+    def of(cls, value: Timeout | float | None) -> Timeout:
+        """A client's ``timeout=`` argument: the defaults for ``None``, one number of
+        seconds for both connecting and reading."""
+        if value is None:
+            return cls()
+        if isinstance(value, Timeout):
+            return value
+        return cls(connect=float(value), read=float(value))
+
 
 @dataclass(slots=True)
 class _Try:
@@ -122,12 +132,7 @@ class LLM(models.LLM):
         self._api_key = api_key_from(api_key)
         self._base_url = base_url_from(base_url).rstrip("/")
         self._temperature = temperature
-        if timeout is None:
-            self._timeout = Timeout()
-        elif isinstance(timeout, Timeout):
-            self._timeout = timeout
-        else:
-            self._timeout = Timeout(connect=float(timeout), read=float(timeout))
+        self._timeout = Timeout.of(timeout)
         self._extra_headers = dict(extra_headers or {})
         self._extra_body = dict(extra_body or {})
         self._session = http_session

@@ -118,12 +118,7 @@ class _HTTPClient:
         """How many times this client retried a request so far."""
         self._api_key = api_key_from(api_key)
         self._base_url = base_url_from(base_url).rstrip("/")
-        if timeout is None:
-            self._timeout = Timeout()
-        elif isinstance(timeout, Timeout):
-            self._timeout = timeout
-        else:
-            self._timeout = Timeout(connect=float(timeout), read=float(timeout))
+        self._timeout = Timeout.of(timeout)
         self._extra_headers = dict(extra_headers or {})
         self._session = http_session
         self._owns_session = http_session is None
