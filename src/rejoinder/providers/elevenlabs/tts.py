@@ -1,0 +1,469 @@
+"""Streaming text to speech over ElevenLabs' WebSocket, ``.../text-to-speech/{voice}/stream-input``.
+
+The wire protocol, as documented in the API reference ("WebSocket",
+https://elevenlabs.io/docs/api-reference/text-to-speech/v-1-text-to-speech-voice-id-stream-input,
+also at https://elevenlabs.io/docs/api-reference/websocket), the guide "Generate audio in
+real-time" (https://elevenlabs.io/docs/cookbooks/text-to-speech/websockets), the help
+centre's "How can I keep the WebSocket open?" and the announcement of the custom
+inactivity timeout (https://elevenlabs.io/blog/websocket-improvements-reliability-and-custom-timeout):
+
+* the handshake is ``wss://api.elevenlabs.io/v1/text-to-speech/{voice_id}/stream-input``
+  with the query ``model_id``, ``output_format`` (``pcm_16000``, ``pcm_22050``,
+  ``pcm_24000``, ``pcm_44100``, ...: raw 16-bit little-endian mono samples),
+  optionally ``language_code``, and the key in the ``xi-api-key`` header;
+* the first message is ``{"text": " ", "voice_settings": {...}, "generation_config":
+  {"chunk_length_schedule": [...]}}``; then ``{"text": "..."}`` pieces, each ending with
+  a space; ``"flush": true`` makes the server voice what it holds at once (it otherwise
+  waits until the buffered text reaches the next ``chunk_length_schedule`` length); and
+  ``{"text": ""}`` ends the input (the server voices the rest, then closes);
+* the server sends ``{"audio": <base64>, "isFinal": null, "alignment": {"chars": [...],
+  "charStartTimesMs": [...], "charsDurationsMs": [...]}, "normalizedAlignment": {...}}``,
+  the alignment's times relative to that message's audio (the SDK's ``Alignment`` type:
+  "times are relative to the returned chunk"), then ``{"isFinal": true}``. An error is a
+  message with ``error``/``message`` (and ``code``) or a close with a code: 1008 (policy
+  violation: bad key, quota, bad message), 1011 (internal error);
+* the server closes a connection that received nothing for 20 s (``inactivity_timeout``);
+  a single space keeps it open (an empty text would end the input).
+
+Words come from ``alignment`` (the text as sent), not ``normalizedAlignment`` (the text as
+read out: "$5" becomes "five dollars"), since the session matches them to what was
+written. A stream's text is sent as given: the session has already applied this engine's
+``text_filter`` to the deltas (a ``SpeechText`` that holds back a half word or an open
+markdown construct), so filtering again here would clean the text twice.
+
+Reliability: a failed handshake (cannot connect, HTTP 429/5xx) or a connection lost before
+the first audio is tried again as ``max_retries`` allows, the text so far re-sent; 401/403
+fail at once (``TTSError``, not retryable). After audio was yielded nothing is retried: a
+drop, an error message, a close with an error code, malformed JSON or base64 end the
+iteration with a ``TTSError``. While the input is open the stream sends a keep-alive space
+after ``KEEPALIVE_INTERVAL`` s without text, so a slow model does not trip the 20 s limit;
+once it ended, a server silent for ``Timeout.read`` s fails the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from ... import models
+from ...models.tts import TTSError, TTSStream, WordTiming
+from ..openai._retry import RetryPolicy, retry_after, transient_status
+from ..openai.chat import Timeout
+from ._alignment import FrameCutter, WordAligner, parse_alignment
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from ...models.audio import AudioFrame
+
+__all__ = ["DEFAULT_BASE_URL", "KEEPALIVE_INTERVAL", "SAMPLE_RATES", "TTS", "Timeout"]
+
+logger = logging.getLogger("rejoinder.providers.elevenlabs")
+
+DEFAULT_BASE_URL = "wss://api.elevenlabs.io/v1"
+SAMPLE_RATES = frozenset({8000, 16000, 22050, 24000, 32000, 44100, 48000})
+"""The rates of the ``pcm_<rate>`` output formats."""
+KEEPALIVE_INTERVAL = 10.0
+"""Seconds without text before a keep-alive space: half the server's 20 s default."""
+CLOSE_TIMEOUT = 1.0
+_USER_AGENT = "rejoinder/0.1"
+# Close codes after which the same request cannot work: protocol error, unsupported or
+# invalid data, policy violation (a bad key, the quota), too big, missing extension.
+_FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
+_FATAL_ERROR_WORDS = ("api key", "api_key", "unauthorized", "quota", "invalid", "not found")
+
+
+class _Transient(TTSError):
+    """A failure the connection may be tried again after, if no audio was yielded yet."""
+
+    def __init__(self, message: str, *, wait: float | None = None) -> None:
+        super().__init__(message, retryable=True)
+        self.wait = wait
+
+
+class TTS(models.StreamingTTS):
+    """ElevenLabs streaming speech: ``elevenlabs.TTS(voice_id="JBFqnCBsd6RMkjVDRZzb")``."""
+
+    def __init__(
+        self,
+        *,
+        voice_id: str,
+        model: str = "eleven_flash_v2_5",
+        sample_rate: int = 24000,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        voice_settings: Mapping[str, Any] | None = None,
+        chunk_length_schedule: Sequence[int] | None = None,
+        language_code: str | None = None,
+        frame_ms: int = 20,
+        timeout: Timeout | float | None = None,
+        max_retries: int = 3,
+        retry_backoff: float = 0.5,
+        retry_backoff_cap: float = 8.0,
+        http_session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        """
+        Args:
+            voice_id: the voice (see ``GET /v1/voices``).
+            model: ``eleven_flash_v2_5``, ``eleven_turbo_v2_5``, ``eleven_multilingual_v2``...
+            sample_rate: the ``pcm_<rate>`` output format (``SAMPLE_RATES``).
+            api_key: sent as ``xi-api-key``; defaults to ``$ELEVENLABS_API_KEY``.
+            base_url: the API root, up to ``/text-to-speech``; defaults to
+                ``$ELEVENLABS_BASE_URL``, then ``wss://api.elevenlabs.io/v1`` (``http``
+                and ``https`` are taken as ``ws`` and ``wss``).
+            voice_settings: ``stability``, ``similarity_boost``, ``style``, ``speed``...
+            chunk_length_schedule: buffered characters before each generation (the
+                server's default is 120, 160, 250, 290; each 50 to 500).
+            language_code: ISO 639-1, for the models that take one.
+            frame_ms: the length of the frames yielded, in milliseconds.
+            timeout: a ``Timeout``: ``connect`` bounds the handshake, ``read`` the
+                server's silence once the input ended (or seconds for both).
+            max_retries, retry_backoff, retry_backoff_cap: retries of a failed connect
+                (or a connection lost before any audio), as in ``openai.LLM``.
+            http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
+        """
+        if sample_rate not in SAMPLE_RATES:
+            raise ValueError(
+                f"sample_rate must be one of {sorted(SAMPLE_RATES)}, got {sample_rate}"
+            )
+        if frame_ms <= 0:
+            raise ValueError(f"frame_ms must be positive, got {frame_ms}")
+        if chunk_length_schedule is not None and not all(
+            isinstance(n, int) and 50 <= n <= 500 for n in chunk_length_schedule
+        ):
+            raise ValueError("chunk_length_schedule takes integers from 50 to 500")
+        super().__init__(sample_rate=sample_rate)
+        self.voice_id = voice_id
+        self.model = model
+        self._api_key = (
+            api_key if api_key is not None else os.environ.get("ELEVENLABS_API_KEY")
+        ) or None
+        root = base_url or os.environ.get("ELEVENLABS_BASE_URL") or DEFAULT_BASE_URL
+        for http, ws in (("https://", "wss://"), ("http://", "ws://")):
+            if root.startswith(http):
+                root = ws + root[len(http) :]
+        self._base_url = root.rstrip("/")
+        self._voice_settings = dict(voice_settings) if voice_settings is not None else None
+        self._schedule = list(chunk_length_schedule) if chunk_length_schedule else None
+        self._language_code = language_code
+        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
+        self._timeout = Timeout.of(timeout)
+        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        self._session = http_session
+        self._owns_session = http_session is None
+        self.retries = 0
+        """How many times a connection was tried again, over all streams."""
+
+    def __repr__(self) -> str:
+        return f"elevenlabs.TTS(voice_id={self.voice_id!r}, model={self.model!r})"
+
+    @property
+    def url(self) -> str:
+        """The WebSocket URL a stream connects to (it carries no secret)."""
+        query: dict[str, str] = {
+            "model_id": self.model,
+            "output_format": f"pcm_{self.sample_rate}",
+        }
+        if self._language_code:
+            query["language_code"] = self._language_code
+        voice = quote(self.voice_id, safe="")
+        return f"{self._base_url}/text-to-speech/{voice}/stream-input?{urlencode(query)}"
+
+    def first_message(self) -> dict[str, Any]:
+        """The message that opens every connection (the key travels in the header)."""
+        message: dict[str, Any] = {"text": " "}
+        if self._voice_settings is not None:
+            message["voice_settings"] = dict(self._voice_settings)
+        if self._schedule is not None:
+            message["generation_config"] = {"chunk_length_schedule": list(self._schedule)}
+        return message
+
+    def stream(self) -> _Stream:
+        return _Stream(self)
+
+    async def synthesize(self, text: str) -> AsyncIterator[AudioFrame | WordTiming]:
+        if not text.strip():
+            return
+        stream = self.stream()
+        stream.push_text(text)
+        stream.end_input()
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session this engine created (one passed in is left open)."""
+        if self._owns_session and self._session is not None:
+            session, self._session = self._session, None
+            if not session.closed:
+                await session.close()
+
+    async def _connect(self) -> aiohttp.ClientWebSocketResponse:
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            if not self._owns_session:
+                raise TTSError("the http_session given to elevenlabs.TTS is closed")
+            self._session = aiohttp.ClientSession()
+        headers = {"User-Agent": _USER_AGENT}
+        if self._api_key:
+            headers["xi-api-key"] = self._api_key
+        where = self.url.split("?", 1)[0]
+        try:
+            async with asyncio.timeout(self._timeout.connect):
+                return await self._session.ws_connect(
+                    self.url,
+                    headers=headers,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT),
+                    max_msg_size=16 * 1024 * 1024,
+                )
+        except aiohttp.WSServerHandshakeError as exc:
+            if transient_status(exc.status):
+                raise _Transient(
+                    f"{where} answered HTTP {exc.status}", wait=retry_after(exc.headers)
+                ) from exc
+            why = {401: ": the API key was refused", 403: ": forbidden", 404: ": no such voice"}
+            raise TTSError(
+                f"{where} refused the connection with HTTP {exc.status}{why.get(exc.status, '')}"
+            ) from exc
+        except TimeoutError as exc:  # the caller's limit: not retried, but may work later
+            raise TTSError(
+                f"timed out connecting to {where} (after {self._timeout.connect}s)", retryable=True
+            ) from exc
+        except (aiohttp.InvalidURL, aiohttp.ClientSSLError, ValueError) as exc:
+            raise TTSError(f"cannot connect to {where}: {exc}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _Transient(f"cannot connect to {where}: {exc or type(exc).__name__}") from exc
+
+
+def _server_error(message: Mapping[str, Any]) -> TTSError:
+    text = str(message.get("message") or message.get("error") or "unknown error")
+    kind, code = message.get("error"), message.get("code")
+    details = ", ".join(str(part) for part in (kind, code) if part and str(part) != text)
+    lowered = f"{text} {kind}".lower()
+    fatal = code in _FATAL_CLOSE_CODES or any(word in lowered for word in _FATAL_ERROR_WORDS)
+    if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
+        fatal = True
+    suffix = f" ({details})" if details else ""
+    return TTSError(f"ElevenLabs reported an error: {text}{suffix}", retryable=not fatal)
+
+
+class _Stream(TTSStream):
+    """One connection's worth of text in and audio out. A pump task connects, sends and
+    reads; iteration takes what it queued, so ``aclose`` can always stop it by cancelling
+    (an async generator suspended in another task could not be closed)."""
+
+    def __init__(self, tts: TTS) -> None:
+        self._tts = tts
+        self._messages: list[dict[str, Any]] = []  # after the first, kept for a retry
+        self._pending = ""  # text after the last space: a piece must end with one
+        self._input_done = False
+        self._wake = asyncio.Event()
+        self._items: asyncio.Queue[AudioFrame | WordTiming | TTSError | None] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+        self._iterated = False
+        self._delivered = False
+        self._read_deadline: asyncio.Timeout | None = None
+
+    def push_text(self, text: str) -> None:
+        if self._input_done:
+            raise RuntimeError("push_text after end_input")
+        self._pending += text
+        cut = max(self._pending.rfind(c) for c in " \n\t")
+        if cut >= 0:
+            piece, self._pending = self._pending[: cut + 1], self._pending[cut + 1 :]
+            self._send_text(piece)
+
+    def flush(self) -> None:
+        """Have the server voice all text so far now, however short (a pause in the text)."""
+        if self._input_done:
+            return
+        piece, self._pending = self._pending, ""
+        self._send_text(piece, flush=True)
+
+    def end_input(self) -> None:
+        if self._input_done:
+            return
+        piece, self._pending = self._pending, ""
+        if piece.strip():
+            self._send_text(piece, flush=True)
+        self._messages.append({"text": ""})
+        self._input_done = True
+        self._wake.set()
+        read = self._tts._timeout.read
+        if self._read_deadline is not None and read is not None:
+            self._read_deadline.reschedule(asyncio.get_running_loop().time() + read)
+
+    def _send_text(self, piece: str, *, flush: bool = False) -> None:
+        words = " ".join(piece.split())  # a single space between words and at the end
+        if not words and not flush:
+            return
+        message: dict[str, Any] = {"text": f"{words} " if words else " "}
+        if flush:
+            message["flush"] = True
+        self._messages.append(message)
+        self._wake.set()
+
+    async def __aiter__(self) -> AsyncIterator[AudioFrame | WordTiming]:
+        if self._iterated:
+            raise RuntimeError("a TTS stream can be iterated once")
+        self._iterated = True
+        self._pump = asyncio.ensure_future(self._run())
+        while (item := await self._items.get()) is not None:
+            if isinstance(item, TTSError):
+                raise item
+            yield item
+
+    async def aclose(self) -> None:
+        self._input_done = True
+        pump, self._pump = self._pump, None
+        if pump is not None and not pump.done():
+            pump.cancel()
+            # Bounded: the pump's own close waits at most CLOSE_TIMEOUT for the server.
+            await asyncio.wait({pump}, timeout=2 * CLOSE_TIMEOUT)
+
+    # -- the pump ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            await self._run_connections()
+        except TTSError as error:
+            self._items.put_nowait(error)
+        except Exception as exc:  # a bug must end the stream, not hang it
+            logger.exception("elevenlabs.TTS stream failed")
+            self._items.put_nowait(TTSError(f"elevenlabs.TTS failed: {exc!r}"))
+        self._items.put_nowait(None)
+
+    async def _run_connections(self) -> None:
+        tts, retries = self._tts, 0
+        while True:
+            try:
+                return await self._one_connection()
+            except _Transient as failure:
+                if self._delivered:  # audio was heard: a new connection would repeat it
+                    raise TTSError(str(failure), retryable=True) from failure
+                wait = tts._retry.next_wait(retries, failure.wait)
+                if isinstance(wait, str):
+                    message = f"{failure} ({wait})" if wait else str(failure)
+                    raise TTSError(message, retryable=True) from failure
+                retries += 1
+                tts.retries += 1
+                logger.warning(
+                    "elevenlabs.TTS: %s; retry %d of %d in %.2f s",
+                    failure, retries, tts._retry.max_retries, wait,
+                )  # fmt: skip
+                await asyncio.sleep(wait)
+
+    async def _one_connection(self) -> None:
+        ws = await self._tts._connect()
+        sender = asyncio.ensure_future(self._send_all(ws))
+        try:
+            await self._receive_all(ws)
+        finally:
+            sender.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await ws.close()
+            with contextlib.suppress(BaseException):
+                await sender
+
+    async def _send_all(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        try:
+            await ws.send_str(json.dumps(self._tts.first_message()))
+            sent = 0
+            while True:
+                while sent < len(self._messages):
+                    await ws.send_str(json.dumps(self._messages[sent]))
+                    sent += 1
+                if self._input_done:
+                    return
+                self._wake.clear()
+                try:
+                    async with asyncio.timeout(KEEPALIVE_INTERVAL):
+                        await self._wake.wait()
+                except TimeoutError:
+                    await ws.send_str(json.dumps({"text": " "}))  # keep-alive
+        except (ConnectionError, RuntimeError) as exc:
+            # The socket went away: the reader sees the close and reports it.
+            logger.debug("elevenlabs.TTS: sending stopped: %r", exc)
+
+    async def _receive_all(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        import aiohttp
+
+        from ...models.audio import AudioFrame
+
+        rate = self._tts.sample_rate
+        cutter, aligner = FrameCutter(self._tts._frame_bytes), WordAligner()
+        received = 0  # bytes of audio so far: the offset of the next message's alignment
+        read = self._tts._timeout.read
+        while True:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + read if self._input_done and read is not None else None
+            try:
+                async with asyncio.timeout(deadline) as self._read_deadline:
+                    message = await ws.receive()
+            except TimeoutError:
+                raise TTSError(f"no audio from ElevenLabs for {read}s", retryable=True) from None
+            finally:
+                self._read_deadline = None
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):  # fmt: skip
+                raise self._close_failure(ws, message.extra)
+            if message.type != aiohttp.WSMsgType.TEXT:
+                raise TTSError(f"ElevenLabs sent an unexpected {message.type.name} message")
+            data = _parse(message.data)
+            if data.get("error") or ("message" in data and "audio" not in data):
+                raise _server_error(data)
+            audio = data.get("audio")
+            if isinstance(audio, str) and audio:
+                try:
+                    pcm = base64.b64decode(audio, validate=True)
+                    alignment = parse_alignment(data.get("alignment"))
+                except (binascii.Error, ValueError) as exc:
+                    raise TTSError(f"ElevenLabs sent a malformed audio message: {exc}") from exc
+                if alignment is not None:
+                    for word in aligner.push(alignment, received / 2 / rate):
+                        self._items.put_nowait(word)
+                received += len(pcm)
+                for frame in cutter.push(pcm):
+                    self._put(AudioFrame.from_pcm(frame, rate))
+            elif audio is not None and not isinstance(audio, str):
+                raise TTSError("ElevenLabs sent a malformed audio message: audio is not base64")
+            if data.get("isFinal") is True:
+                for word in aligner.finish():
+                    self._items.put_nowait(word)
+                if tail := cutter.tail():
+                    self._put(AudioFrame.from_pcm(tail, rate))
+                return
+
+    def _put(self, frame: AudioFrame) -> None:
+        self._delivered = True
+        self._items.put_nowait(frame)
+
+    def _close_failure(self, ws: aiohttp.ClientWebSocketResponse, reason: object) -> TTSError:
+        code = ws.close_code
+        why = f": {reason}" if isinstance(reason, str) and reason else ""
+        text = f"ElevenLabs closed the connection before the end of the audio (code {code}{why})"
+        if code in _FATAL_CLOSE_CODES:
+            return TTSError(text, retryable=False)
+        return _Transient(text)
+
+
+def _parse(raw: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise TTSError(f"ElevenLabs sent a message that is not JSON: {raw[:80]!r}") from exc
+    if not isinstance(data, dict):
+        raise TTSError(f"ElevenLabs sent a message that is not a JSON object: {raw[:80]!r}")
+    return data
