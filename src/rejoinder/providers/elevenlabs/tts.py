@@ -43,8 +43,6 @@ once it ended, a server silent for ``Timeout.read`` s fails the stream.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -57,7 +55,7 @@ from ... import models
 from ...models.tts import TTSError, TTSStream, WordTiming
 from ..openai._retry import RetryPolicy, retry_after, transient_status
 from ..openai.chat import Timeout
-from ._alignment import FrameCutter, WordAligner, parse_alignment
+from ._wire import FrameCutter, Transient, WordAligner, close_failure, decode_audio, parse_message
 
 if TYPE_CHECKING:
     import aiohttp
@@ -75,18 +73,6 @@ KEEPALIVE_INTERVAL = 10.0
 """Seconds without text before a keep-alive space: half the server's 20 s default."""
 CLOSE_TIMEOUT = 1.0
 _USER_AGENT = "rejoinder/0.1"
-# Close codes after which the same request cannot work: protocol error, unsupported or
-# invalid data, policy violation (a bad key, the quota), too big, missing extension.
-_FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
-_FATAL_ERROR_WORDS = ("api key", "api_key", "unauthorized", "quota", "invalid", "not found")
-
-
-class _Transient(TTSError):
-    """A failure the connection may be tried again after, if no audio was yielded yet."""
-
-    def __init__(self, message: str, *, wait: float | None = None) -> None:
-        super().__init__(message, retryable=True)
-        self.wait = wait
 
 
 class TTS(models.StreamingTTS):
@@ -229,7 +215,7 @@ class TTS(models.StreamingTTS):
                 )
         except aiohttp.WSServerHandshakeError as exc:
             if transient_status(exc.status):
-                raise _Transient(
+                raise Transient(
                     f"{where} answered HTTP {exc.status}", wait=retry_after(exc.headers)
                 ) from exc
             why = {401: ": the API key was refused", 403: ": forbidden", 404: ": no such voice"}
@@ -243,19 +229,7 @@ class TTS(models.StreamingTTS):
         except (aiohttp.InvalidURL, aiohttp.ClientSSLError, ValueError) as exc:
             raise TTSError(f"cannot connect to {where}: {exc}") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise _Transient(f"cannot connect to {where}: {exc or type(exc).__name__}") from exc
-
-
-def _server_error(message: Mapping[str, Any]) -> TTSError:
-    text = str(message.get("message") or message.get("error") or "unknown error")
-    kind, code = message.get("error"), message.get("code")
-    details = ", ".join(str(part) for part in (kind, code) if part and str(part) != text)
-    lowered = f"{text} {kind}".lower()
-    fatal = code in _FATAL_CLOSE_CODES or any(word in lowered for word in _FATAL_ERROR_WORDS)
-    if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
-        fatal = True
-    suffix = f" ({details})" if details else ""
-    return TTSError(f"ElevenLabs reported an error: {text}{suffix}", retryable=not fatal)
+            raise Transient(f"cannot connect to {where}: {exc or type(exc).__name__}") from exc
 
 
 class _Stream(TTSStream):
@@ -349,7 +323,7 @@ class _Stream(TTSStream):
         while True:
             try:
                 return await self._one_connection()
-            except _Transient as failure:
+            except Transient as failure:
                 if self._delivered:  # audio was heard: a new connection would repeat it
                     raise TTSError(str(failure), retryable=True) from failure
                 wait = tts._retry.next_wait(retries, failure.wait)
@@ -418,52 +392,25 @@ class _Stream(TTSStream):
                 self._read_deadline = None
             if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                 aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):  # fmt: skip
-                raise self._close_failure(ws, message.extra)
+                raise close_failure(ws.close_code, message.extra)
             if message.type != aiohttp.WSMsgType.TEXT:
                 raise TTSError(f"ElevenLabs sent an unexpected {message.type.name} message")
-            data = _parse(message.data)
-            if data.get("error") or ("message" in data and "audio" not in data):
-                raise _server_error(data)
-            audio = data.get("audio")
-            if isinstance(audio, str) and audio:
-                try:
-                    pcm = base64.b64decode(audio, validate=True)
-                    alignment = parse_alignment(data.get("alignment"))
-                except (binascii.Error, ValueError) as exc:
-                    raise TTSError(f"ElevenLabs sent a malformed audio message: {exc}") from exc
+            data = parse_message(message.data)
+            if (audio := decode_audio(data)) is not None:
+                pcm, alignment = audio
                 if alignment is not None:
                     for word in aligner.push(alignment, received / 2 / rate):
-                        self._items.put_nowait(word)
+                        self._put(word)
                 received += len(pcm)
                 for frame in cutter.push(pcm):
                     self._put(AudioFrame.from_pcm(frame, rate))
-            elif audio is not None and not isinstance(audio, str):
-                raise TTSError("ElevenLabs sent a malformed audio message: audio is not base64")
             if data.get("isFinal") is True:
                 for word in aligner.finish():
-                    self._items.put_nowait(word)
+                    self._put(word)
                 if tail := cutter.tail():
                     self._put(AudioFrame.from_pcm(tail, rate))
                 return
 
-    def _put(self, frame: AudioFrame) -> None:
-        self._delivered = True
-        self._items.put_nowait(frame)
-
-    def _close_failure(self, ws: aiohttp.ClientWebSocketResponse, reason: object) -> TTSError:
-        code = ws.close_code
-        why = f": {reason}" if isinstance(reason, str) and reason else ""
-        text = f"ElevenLabs closed the connection before the end of the audio (code {code}{why})"
-        if code in _FATAL_CLOSE_CODES:
-            return TTSError(text, retryable=False)
-        return _Transient(text)
-
-
-def _parse(raw: str) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise TTSError(f"ElevenLabs sent a message that is not JSON: {raw[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise TTSError(f"ElevenLabs sent a message that is not a JSON object: {raw[:80]!r}")
-    return data
+    def _put(self, item: AudioFrame | WordTiming) -> None:
+        self._delivered = True  # the caller has it: a new connection would repeat it
+        self._items.put_nowait(item)

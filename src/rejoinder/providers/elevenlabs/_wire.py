@@ -1,4 +1,5 @@
-"""ElevenLabs' character alignment turned into ``WordTiming``s, and audio bytes into frames.
+"""The stream-input wire, without I/O: server messages read (JSON, errors, the character
+alignment turned into ``WordTiming``s) and audio bytes cut into frames.
 
 An audio message of the stream-input WebSocket carries ``alignment``: three parallel
 lists, ``chars``, ``charStartTimesMs`` and ``charsDurationsMs`` (the SDKs also spell them
@@ -13,12 +14,32 @@ ends): reporting it early would report half a word.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ...models.tts import WordTiming
+from ...models.tts import TTSError, WordTiming
 
-__all__ = ["Alignment", "FrameCutter", "WordAligner", "parse_alignment"]
+__all__ = [
+    "FATAL_CLOSE_CODES",
+    "Alignment",
+    "FrameCutter",
+    "Transient",
+    "WordAligner",
+    "close_failure",
+    "decode_audio",
+    "parse_alignment",
+    "parse_message",
+    "server_error",
+]
+
+# Close codes after which the same request cannot work: protocol error, unsupported or
+# invalid data, policy violation (a bad key, the quota), too big, missing extension.
+FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
+_FATAL_ERROR_WORDS = ("api key", "api_key", "unauthorized", "quota", "invalid", "not found")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +134,63 @@ class FrameCutter:
     def tail(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest[: len(rest) - len(rest) % 2]  # an odd last byte is half a sample
+
+
+def server_error(message: Mapping[str, Any]) -> TTSError:
+    """The ``TTSError`` for an error message: not retryable when it names the key, the
+    quota or an invalid request, or carries a policy close code or a 4xx code."""
+    text = str(message.get("message") or message.get("error") or "unknown error")
+    kind, code = message.get("error"), message.get("code")
+    details = ", ".join(str(part) for part in (kind, code) if part and str(part) != text)
+    lowered = f"{text} {kind}".lower()
+    fatal = code in FATAL_CLOSE_CODES or any(word in lowered for word in _FATAL_ERROR_WORDS)
+    if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
+        fatal = True
+    suffix = f" ({details})" if details else ""
+    return TTSError(f"ElevenLabs reported an error: {text}{suffix}", retryable=not fatal)
+
+
+def parse_message(raw: str) -> dict[str, Any]:
+    """A server message as a JSON object, or a ``TTSError`` saying what came instead."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise TTSError(f"ElevenLabs sent a message that is not JSON: {raw[:80]!r}") from exc
+    if not isinstance(data, dict):
+        raise TTSError(f"ElevenLabs sent a message that is not a JSON object: {raw[:80]!r}")
+    return data
+
+
+class Transient(TTSError):
+    """A failure the connection may be tried again after, if nothing was yielded yet."""
+
+    def __init__(self, message: str, *, wait: float | None = None) -> None:
+        super().__init__(message, retryable=True)
+        self.wait = wait
+
+
+def close_failure(code: int | None, reason: object) -> TTSError:
+    """The connection closed before ``isFinal``: fatal for a policy code (a bad key, the
+    quota, a bad message), otherwise a drop that a new connection may get past."""
+    why = f": {reason}" if isinstance(reason, str) and reason else ""
+    text = f"ElevenLabs closed the connection before the end of the audio (code {code}{why})"
+    if code in FATAL_CLOSE_CODES:
+        return TTSError(text, retryable=False)
+    return Transient(text)
+
+
+def decode_audio(message: Mapping[str, Any]) -> tuple[bytes, Alignment | None] | None:
+    """The PCM and alignment of an audio message; None for a message without audio. An
+    error message raises its ``TTSError``, and so does a malformed one: garbage must not
+    be played."""
+    if message.get("error") or ("message" in message and "audio" not in message):
+        raise server_error(message)
+    audio = message.get("audio")
+    if audio is None or audio == "":
+        return None
+    try:
+        if not isinstance(audio, str):
+            raise ValueError("audio is not a base64 string")
+        return base64.b64decode(audio, validate=True), parse_alignment(message.get("alignment"))
+    except (binascii.Error, ValueError) as exc:
+        raise TTSError(f"ElevenLabs sent a malformed audio message: {exc}") from exc
