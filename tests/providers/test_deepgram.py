@@ -27,7 +27,7 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.deepgram_server import DeepgramServer, Fault
 
-pytestmark = pytest.mark.looptime(noop_cycles=2000)
+pytestmark = pytest.mark.looptime(noop_cycles=200)
 
 KEY = "dg-test-key"
 HELLO = "Hello there, how are you?"

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...models.stt import StreamingSTT, STTError
-from ..openai._retry import RetryPolicy, retry_after, transient_status
+from ..openai._retry import RetryPolicy
 from . import _wire
 
 if TYPE_CHECKING:
@@ -156,16 +156,15 @@ class STT(StreamingSTT):
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self._api_key = _wire.api_key_from(api_key)
+        key = _wire.api_key_from(api_key)
         self._base_url = _wire.base_url_from(base_url)
-        if self._api_key is None and self._base_url == _wire.DEFAULT_BASE_URL:
+        if key is None and self._base_url == _wire.DEFAULT_BASE_URL:
             raise ValueError(
                 "deepgram.STT needs an API key: pass api_key=... or set DEEPGRAM_API_KEY"
             )
         self._model = model
         self._sample_rate = sample_rate
-        self._url = _wire.listen_url(
+        url = _wire.listen_url(
             self._base_url,
             {
                 "model": model,
@@ -182,12 +181,17 @@ class STT(StreamingSTT):
                 **dict(extra_query or {}),
             },
         )
+        self._connector = _wire.Connector(
+            url,
+            key,
+            timeout=timeout,
+            close_timeout=close_timeout,
+            policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
+            http_session=http_session,
+        )
         self._keepalive_interval = keepalive_interval
-        self._timeout = timeout
         self._finalize_timeout = finalize_timeout
         self._close_timeout = close_timeout
-        self._session = http_session
-        self._owns_session = http_session is None
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._current: _Utterance | None = None  # the utterance push() adds to
@@ -196,8 +200,6 @@ class STT(StreamingSTT):
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._stream_time = 0.0
         self._closing = False
-        self.retries = 0
-        """How many times a connection attempt was retried so far."""
 
     @property
     def model(self) -> str:
@@ -206,7 +208,12 @@ class STT(StreamingSTT):
     @property
     def url(self) -> str:
         """The ``/listen`` URL with its query, as connected to."""
-        return self._url
+        return self._connector.url
+
+    @property
+    def retries(self) -> int:
+        """How many times a connection attempt was retried so far."""
+        return self._connector.retries
 
     def __repr__(self) -> str:
         return f"deepgram.STT(model={self._model!r}, base_url={self._base_url!r})"
@@ -245,9 +252,9 @@ class STT(StreamingSTT):
         self._ensure_running()
         # Bounded even if the task is stuck: every connection attempt and backoff, then
         # the wait for the final results.
-        policy = self._retry
+        policy = self._connector.policy
         bound = (
-            self._timeout * (policy.max_retries + 1)
+            self._connector.timeout * (policy.max_retries + 1)
             + policy.retry_backoff_cap * policy.max_retries
             + self._finalize_timeout
             + self._close_timeout
@@ -280,10 +287,8 @@ class STT(StreamingSTT):
             with contextlib.suppress(BaseException):
                 await task
         self._fail_all(STTError("deepgram.STT was closed", retryable=True))
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            with contextlib.suppress(Exception):
-                await session.close()
+        with contextlib.suppress(Exception):
+            await self._connector.aclose()
 
     # -- the background task -----------------------------------------------------------------
 
@@ -300,10 +305,10 @@ class STT(StreamingSTT):
             if self._settled_without_sending(item):
                 continue
             try:
-                ws = await self._connect()
+                ws = await self._connector.connect(lambda: self._closing)
             except STTError as error:
                 item[0].error = error
-                self._fail(item[0], error)
+                self._finish(item[0], error)
                 self._fail_queued(error)
                 continue
             await self._serve(ws, item)
@@ -311,15 +316,18 @@ class STT(StreamingSTT):
                 return
 
     def _settled_without_sending(self, item: tuple[_Utterance, AudioFrame | None]) -> bool:
-        """Items that need no connection: a failed or dropped utterance's audio, and the
-        Finalize of an utterance none of whose audio went out."""
+        """Items that need no (new) connection: a failed or dropped utterance's audio, the
+        Finalize of an utterance none of whose audio went out, and anything of an
+        utterance begun on an earlier connection."""
         utterance, frame = item
-        if utterance.error is not None or (utterance.dropped and utterance.connection is None):
+        if utterance.error is not None:
             return True
-        if frame is None and utterance.connection is None:
-            self._finish(utterance)  # only empty frames: nothing was said
-            return True
-        return False
+        if utterance.connection is None:
+            if frame is None and not utterance.dropped:
+                self._finish(utterance)  # only empty frames: nothing was said
+            return utterance.dropped or frame is None
+        # Its audio went out on a connection since lost: it is settled with that one.
+        return utterance.connection != self._connection or self._ws is None
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse, first: Any) -> None:
         self._connection += 1
@@ -342,7 +350,7 @@ class STT(StreamingSTT):
             self._ws = None
             why = ended[0] if isinstance(ended[0], str) else None
             if isinstance(ended[1], Exception) and not isinstance(ended[1], asyncio.CancelledError):
-                why = why or f"sending failed: {_describe(ended[1])}"
+                why = why or f"sending failed: {_wire.describe(ended[1])}"
             self._connection_ended(why or "the connection to Deepgram ended", ws.close_code)
 
     async def _send(
@@ -376,10 +384,9 @@ class STT(StreamingSTT):
         if utterance.connection is None:
             utterance.connection, utterance.start = connection, self._stream_time
             self._open.append(utterance)
-        elif utterance.connection != connection:
-            return  # began on a connection that was lost: it failed with it
         if frame is not None:
-            await self._send_pcm(ws, self._pcm(utterance, frame))
+            pcm, utterance.resampler = _wire.linear16(frame, self._sample_rate, utterance.resampler)
+            await self._send_pcm(ws, pcm)
             return
         resampler, utterance.resampler = utterance.resampler, None
         if resampler is not None:  # what the resampler still holds ends the utterance
@@ -397,22 +404,6 @@ class STT(StreamingSTT):
             await ws.send_bytes(pcm)
             self._stream_time += len(pcm) / (2 * self._sample_rate)
 
-    def _pcm(self, utterance: _Utterance, frame: AudioFrame) -> bytes:
-        """Little-endian 16-bit mono at ``sample_rate``."""
-        from ...models.audio import AudioFrame
-        from ...models.audio_utils import Resampler
-
-        if frame.num_channels > 1:
-            mono = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-            frame = AudioFrame(mono.astype(frame.data.dtype), frame.sample_rate)
-        if frame.sample_rate != self._sample_rate:
-            resampler = utterance.resampler
-            if resampler is None or resampler.in_rate != frame.sample_rate:
-                resampler = utterance.resampler = Resampler(frame.sample_rate, self._sample_rate)
-            resampled = resampler.push(frame)
-            return resampled.to_pcm() if resampled is not None else b""
-        return frame.to_pcm()
-
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Read until the connection ends; returns why it did."""
         import aiohttp
@@ -427,7 +418,7 @@ class STT(StreamingSTT):
                 reason = f" {message.extra}" if message.extra else ""
                 return f"Deepgram closed the connection ({message.data}{reason})"
             elif message.type == aiohttp.WSMsgType.ERROR:
-                return f"the connection to Deepgram failed: {_describe(ws.exception())}"
+                return f"the connection to Deepgram failed: {_wire.describe(ws.exception())}"
             elif message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
                 return "the connection to Deepgram was lost"
             else:
@@ -462,7 +453,9 @@ class STT(StreamingSTT):
         if message.from_finalize and utterance.finalize_sent:
             self._finish(utterance)
             return None
-        if utterance.on_interim is not None and not utterance.dropped:
+        # Once Finalize is sent the session waits for recognize(): no more interims.
+        report = not (utterance.dropped or utterance.finalize_sent)
+        if utterance.on_interim is not None and report:
             try:
                 utterance.on_interim(utterance.text())
             except Exception:
@@ -506,9 +499,6 @@ class STT(StreamingSTT):
             index = self._open.index(utterance)
             self._open[: index + 1] = [u for u in self._open[:index] if not u.dropped]
 
-    def _fail(self, utterance: _Utterance, error: STTError) -> None:
-        self._finish(utterance, error)
-
     def _fail_queued(self, error: STTError) -> None:
         """Fail what waits in the queue (the connection it needed could not be opened)."""
         kept = []
@@ -518,7 +508,7 @@ class STT(StreamingSTT):
                 kept.append(item)
             else:
                 item[0].error = item[0].error or error
-                self._fail(item[0], error)
+                self._finish(item[0], error)
         for item in kept:
             self._queue.put_nowait(item)
 
@@ -532,89 +522,14 @@ class STT(StreamingSTT):
                 logger.warning("deepgram: %s; open utterances fail", why)
         for utterance in list(self._open):
             if not utterance.done.done():
-                self._fail(utterance, error)
+                self._finish(utterance, error)
         self._open.clear()
 
     def _fail_all(self, error: STTError) -> None:
         self._connection_ended("closed", None)
         self._fail_queued(error)
         if self._current is not None:
-            self._fail(self._current, error)
-
-    # -- connecting --------------------------------------------------------------------------
-
-    async def _connect(self) -> aiohttp.ClientWebSocketResponse:
-        retries = 0
-        while True:
-            try:
-                return await self._connect_once()
-            except _ConnectFailure as failure:
-                if not failure.retryable or self._closing:
-                    raise STTError(str(failure), retryable=False) from failure
-                wait = self._retry.next_wait(retries, failure.wait)
-                if isinstance(wait, str):
-                    message = f"{failure} ({wait})" if wait else str(failure)
-                    raise STTError(message, retryable=True) from failure
-                retries += 1
-                self.retries += 1
-                logger.warning(
-                    "deepgram: %s; retry %d of %d in %.2f s",
-                    failure,
-                    retries,
-                    self._retry.max_retries,
-                    wait,
-                )
-                await asyncio.sleep(wait)
-
-    async def _connect_once(self) -> aiohttp.ClientWebSocketResponse:
-        import aiohttp
-
-        if self._session is None or (self._owns_session and self._session.closed):
-            self._session = aiohttp.ClientSession()
-        headers = {"User-Agent": "rejoinder/0.1"}
-        if self._api_key:
-            headers["Authorization"] = f"Token {self._api_key}"
-        where = f"{self._base_url}/listen"
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await self._session.ws_connect(
-                    self._url,
-                    headers=headers,
-                    autoping=True,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=self._close_timeout),
-                )
-        except aiohttp.WSServerHandshakeError as exc:
-            why = _wire.handshake_error_text(exc.headers, exc.message)
-            hint = " (check the API key)" if exc.status in (401, 403) else ""
-            raise _ConnectFailure(
-                f"Deepgram refused the connection to {where}: HTTP {exc.status}: {why}{hint}",
-                retryable=transient_status(exc.status),
-                wait=retry_after(exc.headers),
-            ) from exc
-        except TimeoutError as exc:  # not retried: the caller chose the limit
-            raise _ConnectFailure(
-                f"timed out connecting to {where} (after {self._timeout:g} s)", retryable=False
-            ) from exc
-        except (aiohttp.InvalidURL, aiohttp.ClientSSLError) as exc:
-            raise _ConnectFailure(f"cannot connect to {where}: {exc}", retryable=False) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _ConnectFailure(
-                f"cannot connect to {where}: {_describe(exc)}", retryable=True
-            ) from exc
-
-
-class _ConnectFailure(Exception):
-    def __init__(self, message: str, *, retryable: bool, wait: float | None = None) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.wait = wait
-
-
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            self._finish(self._current, error)
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
