@@ -40,6 +40,8 @@ from .models import (
     ToolResult,
     TTSError,
     TTSMetrics,
+    TurnDetector,
+    TurnDetectorError,
     UsageSummary,
     VoiceLatencyMetrics,
 )
@@ -156,6 +158,8 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "ToolResult",
+    "TurnDetector",
+    "TurnDetectorError",
     "UsageSummary",
     "UserInputTranscribedEvent",
     "UserStateChangedEvent",

@@ -36,6 +36,7 @@ from .stt import STT, StreamingSTT, STTError
 from .text import TextOutput
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 from .tts import TTS, StreamingTTS, TTSError, TTSStream, WordTiming
+from .turn_detector import TurnDetector, TurnDetectorError
 from .vad import VAD, VADEvent, VADStream
 
 __all__ = [
@@ -79,6 +80,8 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "ToolResult",
+    "TurnDetector",
+    "TurnDetectorError",
     "Usage",
     "UsageSummary",
     "VADEvent",

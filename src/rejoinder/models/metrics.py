@@ -142,6 +142,8 @@ class EOUMetrics(_Fields):
     committed."""
     transcription_delay: float
     """From the end of the user's speech to its final transcript."""
+    end_of_turn_probability: float | None = None
+    """The turn detector's last verdict on the turn (``None`` without one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from .turn_state import TurnState
 if TYPE_CHECKING:
     from ..models.text import TextOutput
     from ..models.tts import TTS
+    from ..models.turn_detector import TurnDetector
     from .session import AgentSession
     from .tools import FunctionTool
 
@@ -40,7 +41,7 @@ class SessionOptions:
     user_away_timeout: float | None
     max_tool_steps: int
     close_timeout: float
-    turn_detection: Literal["vad", "manual"]
+    turn_detection: Literal["vad", "manual"] | TurnDetector
     min_interruption_words: int
     resume_false_interruption: bool
     false_interruption_timeout: float

@@ -85,7 +85,13 @@ class SessionMeter:
             )
         )
 
-    def user_turn_committed(self, speech_ended_at: float, transcribed_at: float) -> None:
+    def user_turn_committed(
+        self,
+        speech_ended_at: float,
+        transcribed_at: float,
+        *,
+        end_of_turn_probability: float | None = None,
+    ) -> None:
         """The user's turn was committed: end-of-utterance metrics, and the wait for the
         agent's first audio starts from ``speech_ended_at``."""
         now = _now()
@@ -94,6 +100,7 @@ class SessionMeter:
                 timestamp=now,
                 end_of_utterance_delay=now - speech_ended_at,
                 transcription_delay=transcribed_at - speech_ended_at,
+                end_of_turn_probability=end_of_turn_probability,
             )
         )
         self._user_stopped_at = speech_ended_at

@@ -22,6 +22,7 @@ from ..models import LLM, ChatContext
 from ..models.chat import new_id
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
+from ..models.turn_detector import TurnDetector
 from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_stack import AgentStack
@@ -77,7 +78,7 @@ class AgentSession(Generic[Userdata]):
         user_away_timeout: float | None = 15.0,
         max_tool_steps: int = 3,
         tools: Sequence[FunctionTool] = (),
-        turn_detection: Literal["vad", "manual"] = "vad",
+        turn_detection: Literal["vad", "manual"] | TurnDetector = "vad",
         min_interruption_words: int = 0,
         resume_false_interruption: bool = True,
         false_interruption_timeout: float = 2.0,
@@ -92,6 +93,10 @@ class AgentSession(Generic[Userdata]):
             raise ValueError("close_timeout must be positive")
         if not answer_timeout > 0:
             raise ValueError("answer_timeout must be positive")
+        if not isinstance(turn_detection, TurnDetector) and turn_detection not in ("vad", "manual"):
+            raise ValueError(
+                f'turn_detection must be "vad", "manual" or a TurnDetector, got {turn_detection!r}'
+            )
         self.llm = llm
         self.tools: list[FunctionTool] = list(tools)
         """Session-scoped tools: offered to every agent, so they survive handoffs (an

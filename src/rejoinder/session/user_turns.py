@@ -8,7 +8,11 @@ streams. Everything else happens on VAD events and timers.
 End of turn. The turn ends ``min_endpointing_delay`` after the user stopped speaking
 (``max_endpointing_delay`` when the transcript trails off), counted from the end of speech,
 not from the moment the VAD was sure of it: the VAD's own silence is part of the delay, not
-added to it. The turn cannot end before the VAD ended the utterance and its transcript is
+added to it. With a turn detector (``turn_detection=SmartTurn()``) its verdict decides
+instead of the transcript's punctuation: a complete turn ends as soon as the transcript and
+the verdict are in (no ``min_endpointing_delay``), an incomplete one waits
+``max_endpointing_delay``; the verdict is made while the utterance is transcribed
+(``turn_verdict``). The turn cannot end before the VAD ended the utterance and its transcript is
 in, so a recognizer that does not stream gets the utterance early: when the user pauses
 inside speech for ``_EARLY_PAUSE``, the utterance so far is recognized in the background.
 If the user does not speak again before the VAD ends the utterance, that transcript is the
@@ -32,8 +36,10 @@ from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
 from ..models.stt import STT, StreamingSTT
+from ..models.turn_detector import TurnDetector
 from .events import UserInputTranscribedEvent
 from .metrics_emit import meter_for
+from .turn_verdict import TurnVerdicts
 
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
@@ -97,10 +103,18 @@ class UserTurns:
         self._paused: SpeechHandle | None = None
         self._awaiting_words: SpeechHandle | None = None
         self.manual = ctx.options.turn_detection == "manual"
+        detection = ctx.options.turn_detection
+        self._verdicts = (
+            TurnVerdicts(ctx, detection, self._schedule_commit)
+            if isinstance(detection, TurnDetector)
+            else None
+        )
 
     # ------------------------------------------------------------ the frame path
 
     async def run(self, microphone: AsyncIterable[AudioFrame]) -> None:
+        if self._verdicts is not None:
+            self._ctx.spawn(self._verdicts.warm_up())
         try:
             async for frame in microphone:
                 self.push(frame)
@@ -149,6 +163,8 @@ class UserTurns:
             activity.discard_preemptive("the user went on speaking")
         self._cancel(self._commit_timer)  # the user goes on: not the end of the turn
         self._cancel(self._resume_timer)
+        if self._verdicts is not None:
+            self._verdicts.user_went_on()
         self._awaiting_words = None
         self._early, self._voiced_seen, self._paused_for = None, -1.0, 0.0
         speech = self._interruptible_speech()
@@ -190,6 +206,8 @@ class UserTurns:
         early, self._early = self._early, None
         if early is not None and event.speech_duration > early.speech_seconds + 1e-6:
             early = None  # speech after the snapshot (within this very push)
+        if self._verdicts is not None and frames and not self.manual:
+            self._verdicts.utterance_ended(frames, " ".join(self._transcript))
         self._recognize(frames, early)
 
     # ------------------------------------------------------------ interruptions
@@ -325,12 +343,21 @@ class UserTurns:
 
     def _schedule_commit(self) -> None:
         """End of turn: ``min_endpointing_delay`` after the user stopped when the
-        transcript reads as finished, ``max_endpointing_delay`` when it trails off."""
+        transcript reads as finished, ``max_endpointing_delay`` when it trails off; with
+        a turn detector, at once when it judges the turn complete."""
         if self._vad.speaking or self._recognizing or not self._transcript:
             return
         options = self._options
-        finished = _SENTENCE_FINAL.search(self._transcript[-1]) is not None
-        delay = options.min_endpointing_delay if finished else options.max_endpointing_delay
+        verdicts = self._verdicts
+        complete = verdicts.complete() if verdicts is not None else None
+        if complete is None and verdicts is not None and verdicts.judging:
+            return  # the verdict reschedules this when it is in
+        if complete is not None:
+            delay = 0.0 if complete else options.max_endpointing_delay
+        elif _SENTENCE_FINAL.search(self._transcript[-1]) is not None:
+            delay = options.min_endpointing_delay
+        else:
+            delay = options.max_endpointing_delay
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
         self._cancel(self._commit_timer)
@@ -354,11 +381,17 @@ class UserTurns:
         self._commit_timer = None
         text = " ".join(self._transcript).strip() or self._interim.strip()
         self._transcript, self._interim = [], ""
+        verdicts = self._verdicts
+        probability = verdicts.probability if verdicts is not None else None
+        if verdicts is not None:
+            verdicts.clear()
         if text:
             if self._ended_at is not None:
                 transcribed = self._transcribed_at
                 meter_for(self._ctx).user_turn_committed(
-                    self._ended_at, self._ended_at if transcribed is None else transcribed
+                    self._ended_at,
+                    self._ended_at if transcribed is None else transcribed,
+                    end_of_turn_probability=probability,
                 )
             self._transcribed_at = None
             self._on_turn(text)
@@ -368,6 +401,8 @@ class UserTurns:
         self._cancel(self._commit_timer)
         self._utterance, self._transcript, self._interim = [], [], ""
         self._early = None
+        if self._verdicts is not None:
+            self._verdicts.clear()
         if self._streaming:
             self._stt.reset()  # type: ignore[attr-defined]
 

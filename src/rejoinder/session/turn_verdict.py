@@ -1,0 +1,111 @@
+"""TurnVerdicts: what a turn detector says about the user's turn so far.
+
+``UserTurns`` hands each utterance's audio here when the VAD ends it. The audio of the
+turn (its utterances, back to back, at most the detector's ``max_audio_seconds``) is
+judged in the background while the utterance is transcribed; the end of turn waits for
+the verdict (``complete()`` is ``None`` until then) and is rescheduled when it arrives.
+A verdict belongs to the utterance it judged: when the user speaks again it is stale
+and dropped, and the next utterance's end starts a new one. A detector that fails
+leaves the decision to the transcript (``None`` → the caller's own rule), with one
+``error`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..models.turn_detector import TurnDetector
+
+if TYPE_CHECKING:
+    from ..models.audio import AudioFrame
+    from .context import SessionContext
+
+logger = logging.getLogger("rejoinder")
+
+
+class TurnVerdicts:
+    def __init__(
+        self, ctx: SessionContext, detector: TurnDetector, on_verdict: Callable[[], None]
+    ) -> None:
+        self._ctx = ctx
+        self.detector = detector
+        self._on_verdict = on_verdict
+        self._audio: deque[AudioFrame] = deque()
+        self._seconds = 0.0
+        self._pending: asyncio.Future[float | None] | None = None
+        self.probability: float | None = None
+        """The last verdict's probability (``None``: none yet, or the detector failed)."""
+        self.judged_in: float | None = None
+        """How long the last verdict took, in seconds of the loop's clock."""
+
+    async def warm_up(self) -> None:
+        """Load the model at session start, so the first turn is judged as fast as the
+        rest; a detector that cannot load is reported now, not at the first turn."""
+        try:
+            await self.detector.warm_up()
+        except Exception as exc:
+            logger.warning("the turn detector could not load: %s", exc)
+            self._ctx.emit_error(exc, source="turn_detection", recoverable=True)
+
+    def utterance_ended(self, frames: list[AudioFrame], transcript: str) -> None:
+        """Judge the turn up to the end of this utterance (in the background)."""
+        self._audio.extend(frames)
+        self._seconds += sum(frame.duration for frame in frames)
+        limit = self.detector.max_audio_seconds
+        while self._audio and self._seconds - self._audio[0].duration >= limit:
+            self._seconds -= self._audio.popleft().duration
+        pending: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        self._pending, self.probability = pending, None
+        self._ctx.spawn(self._judge(list(self._audio), transcript, pending))
+
+    def user_went_on(self) -> None:
+        """The user speaks again: the verdict on the pause before is stale."""
+        self._pending, self.probability = None, None
+
+    def clear(self) -> None:
+        """The turn ended (or was dropped): its audio is not the next turn's."""
+        self._audio.clear()
+        self._seconds = 0.0
+        self._pending, self.probability = None, None
+
+    def complete(self) -> bool | None:
+        """Whether the turn is complete; ``None`` while the verdict is being made, or
+        when there is none to go by (no utterance judged, or the detector failed)."""
+        pending = self._pending
+        if pending is None or not pending.done() or pending.cancelled():
+            return None
+        probability = pending.result()
+        return None if probability is None else probability >= self.detector.threshold
+
+    @property
+    def judging(self) -> bool:
+        return self._pending is not None and not self._pending.done()
+
+    async def _judge(
+        self, frames: list[AudioFrame], transcript: str, pending: asyncio.Future[float | None]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        probability: float | None = None
+        try:
+            probability = float(await self.detector.probability(frames, transcript))
+        except Exception as exc:
+            logger.warning("the turn detector failed: %s", exc)
+            self._ctx.emit_error(exc, source="turn_detection", recoverable=True)
+        finally:
+            if not pending.done():
+                pending.set_result(probability)
+        if pending is not self._pending:
+            return  # stale: the user went on, or the turn was cleared
+        self.probability, self.judged_in = probability, loop.time() - started
+        self._ctx.state.note(
+            "turn_verdict",
+            probability=probability,
+            complete=None if probability is None else probability >= self.detector.threshold,
+            seconds=round(self.judged_in, 4),
+        )
+        self._on_verdict()

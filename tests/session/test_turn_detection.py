@@ -1,0 +1,292 @@
+"""A turn detector decides the end of the user's turn, on virtual time.
+
+``turn_detection=<TurnDetector>``: each time the VAD ends an utterance, the turn's audio
+is judged while it is transcribed. A complete turn ends as soon as the transcript and
+the verdict are in (sooner than ``min_endpointing_delay``); an incomplete one waits
+``max_endpointing_delay`` for the user to go on, and going on is one turn, not two. A
+verdict on a pause the user spoke after is stale; a detector that fails leaves the
+decision to the transcript's punctuation, with an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import looptime
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import rejoinder as rj
+from rejoinder.models.audio import AudioFrame
+from rejoinder.testing import (
+    MemoryAudioInput,
+    MemoryAudioOutput,
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    StateTimeline,
+    speech_frame,
+)
+from rejoinder.testing.scripted_turn import ScriptedTurnDetector
+
+SILENCE = 0.2  # the VAD's min_silence: a short one, as a turn detector allows
+AGENT_STATES = ["initializing", "listening", "thinking", "speaking", "listening"]
+
+
+class SlowSTT(rj.STT):
+    def __init__(self, latency: float, texts: Sequence[str]) -> None:
+        self.latency, self.texts, self.calls = latency, list(texts), 0
+
+    async def recognize(self, frames: Sequence[AudioFrame]) -> str:
+        self.calls += 1
+        await asyncio.sleep(self.latency)
+        return self.texts.pop(0) if self.texts else ""
+
+
+class Call:
+    def __init__(
+        self,
+        detector: rj.TurnDetector | None,
+        stt: rj.STT | None = None,
+        **options: Any,
+    ) -> None:
+        self.llm = ScriptedLLM(lambda _: ["Answer."])
+        self.mic = MemoryAudioInput(16000)
+        self.session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=self.llm,
+            stt=stt or ScriptedSTT(["Hello there.", "Book a table for", "two at seven."]),
+            tts=ScriptedTTS(),
+            vad=ScriptedVAD(min_silence=SILENCE),
+            user_away_timeout=None,
+            turn_detection=detector if detector is not None else "vad",
+            **options,
+        )
+        self.session.input.audio = self.mic
+        self.session.output.audio = MemoryAudioOutput(24000)
+        self.timeline = StateTimeline(self.session)
+        self.errors: list[rj.ErrorEvent] = []
+        self.metrics: list[Any] = []
+        self.session.on("error", self.errors.append)
+        self.session.on("metrics_collected", lambda ev: self.metrics.append(ev.metrics))
+
+    async def __aenter__(self) -> Call:
+        await self.session.start(rj.Agent(instructions="voice"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.aclose()
+
+    async def speak(self, seconds: float) -> None:
+        for _ in range(round(seconds / 0.02)):
+            await self.mic.push(speech_frame(0.02))
+
+    def user_turns(self) -> list[str]:
+        return [m.content for m in self.session.history.messages() if m.role == "user"]
+
+
+async def test_without_a_detector_the_turn_waits_min_endpointing_delay() -> None:
+    async with Call(None) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 0.4)]
+
+
+async def test_a_complete_turn_ends_as_soon_as_it_is_judged() -> None:
+    detector = ScriptedTurnDetector([0.9], delay=0.03)
+    async with Call(detector) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        # The VAD ends the utterance at 1.2; the verdict is in 0.03 s later: 0.17 s
+        # before min_endpointing_delay (0.4) would have ended it.
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + SILENCE + 0.03)]
+        assert c.timeline.agent_states() == AGENT_STATES
+        assert c.user_turns() == ["Hello there."]
+        assert detector.warmed_up
+        [call] = detector.calls
+        assert call.at == pytest.approx(1.0 + SILENCE)
+        # the utterance the VAD ended: its speech and the silence that ended it
+        assert call.audio_seconds == pytest.approx(1.0 + SILENCE, abs=0.03)
+        assert call.transcript == ""  # nothing transcribed before this utterance
+        [eou] = [m for m in c.metrics if isinstance(m, rj.EOUMetrics)]
+        assert eou.end_of_turn_probability == pytest.approx(0.9)
+        assert eou.end_of_utterance_delay == pytest.approx(SILENCE + 0.03)
+        [verdict] = c.session.timeline.entries("turn_verdict")
+        assert verdict["probability"] == pytest.approx(0.9)
+        assert verdict["complete"] is True
+        assert verdict["seconds"] == pytest.approx(0.03)
+        assert not c.errors
+
+
+async def test_an_incomplete_turn_waits_max_endpointing_delay() -> None:
+    detector = ScriptedTurnDetector([0.2])
+    async with Call(detector, max_endpointing_delay=2.5) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(4.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 2.5)]
+        assert c.user_turns() == ["Hello there."]
+
+
+async def test_a_user_who_goes_on_after_an_incomplete_verdict_is_not_cut_off() -> None:
+    detector = ScriptedTurnDetector([0.1, 0.95], delay=0.03)
+    stt = ScriptedSTT(["Book a table for", "two at seven."])
+    async with Call(detector, stt) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(1.0)  # a long pause: longer than min_endpointing_delay
+        assert c.timeline.agent_states() == ["initializing", "listening"]
+        await c.speak(0.8)
+        await c.mic.push_silence(2.0)
+        assert c.user_turns() == ["Book a table for two at seven."]
+        assert c.timeline.times_of("thinking") == [pytest.approx(2.8 + SILENCE + 0.03)]
+        first, second = detector.calls
+        assert second.transcript == "Book a table for"
+        # the second judgement hears the turn so far: both utterances, the second with
+        # the 0.5 s the session keeps from before its speech was confirmed (0.06 s in)
+        second_utterance = 0.5 + (0.8 - 0.06) + SILENCE
+        assert second.audio_seconds == pytest.approx(first.audio_seconds + second_utterance)
+
+
+async def test_a_verdict_slower_than_the_transcript_is_waited_for() -> None:
+    detector = ScriptedTurnDetector([0.9], delay=0.5)
+    async with Call(detector) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + SILENCE + 0.5)]
+
+
+async def test_a_transcript_slower_than_the_verdict_is_waited_for() -> None:
+    # The recognizer gets the utterance 0.1 s into the pause (1.1) and takes 0.5 s.
+    detector = ScriptedTurnDetector([0.9], delay=0.03)
+    async with Call(detector, SlowSTT(0.5, ["Hello there."])) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.1 + 0.5)]
+        assert c.user_turns() == ["Hello there."]
+
+
+async def test_a_verdict_on_a_pause_the_user_spoke_after_is_stale() -> None:
+    # Complete, but it arrives after the user started speaking again: it must not end
+    # the turn in the middle of the second utterance, nor after it.
+    detector = ScriptedTurnDetector([0.99, 0.05], delay=0.3)
+    stt = ScriptedSTT(["Book a table for", "two at seven."])
+    async with Call(detector, stt, max_endpointing_delay=3.0) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(SILENCE + 0.1)  # the VAD ends it at 1.2, judging till 1.5
+        await c.speak(1.0)  # from 1.3: the verdict lands while the user speaks
+        await c.mic.push_silence(1.0)
+        assert c.timeline.agent_states() == ["initializing", "listening"]
+        await c.mic.push_silence(3.0)
+        assert c.user_turns() == ["Book a table for two at seven."]
+        # the second verdict (incomplete) holds the turn max_endpointing_delay
+        assert c.timeline.times_of("thinking") == [pytest.approx(2.3 + 3.0)]
+
+
+async def test_a_failing_detector_falls_back_to_the_transcript() -> None:
+    detector = ScriptedTurnDetector([rj.TurnDetectorError("model broke")])
+    async with Call(detector) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        # "Hello there." reads as finished: min_endpointing_delay from the end of speech
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 0.4)]
+        assert [(e.source, str(e.error)) for e in c.errors] == [("turn_detection", "model broke")]
+        assert c.errors[0].recoverable
+        [verdict] = c.session.timeline.entries("turn_verdict")
+        assert verdict["probability"] is None
+        [eou] = [m for m in c.metrics if isinstance(m, rj.EOUMetrics)]
+        assert eou.end_of_turn_probability is None
+
+
+async def test_each_turn_is_judged_on_its_own_audio_within_the_window() -> None:
+    detector = ScriptedTurnDetector([0.9], max_audio_seconds=3.0)
+    async with Call(detector) as c:
+        await c.speak(4.0)
+        await c.mic.push_silence(1.0)
+        await c.speak(0.5)
+        await c.mic.push_silence(1.0)
+        assert c.user_turns() == ["Hello there.", "Book a table for"]
+        first, second = detector.calls
+        # the window keeps the end: at most max_audio_seconds (in whole frames)
+        assert 2.98 <= first.audio_seconds <= 3.0 + 1e-6
+        # the second turn does not start with the first one's audio: only its own
+        # utterance (0.5 s kept from before its speech was confirmed, 0.06 s in)
+        assert second.audio_seconds == pytest.approx(0.5 + (0.5 - 0.06) + SILENCE)
+
+
+async def test_manual_turns_are_never_judged() -> None:
+    detector = ScriptedTurnDetector([0.9])
+    async with Call(detector) as c:
+        c.session._user_turns.manual = True  # type: ignore[union-attr]
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert detector.calls == []
+        assert c.user_turns() == []
+
+
+def test_turn_detection_must_be_a_mode_or_a_detector() -> None:
+    with pytest.raises(ValueError, match="turn_detection"):
+        rj.AgentSession(turn_detection="smart")  # type: ignore[arg-type]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    derandomize=True,
+)
+@given(
+    pieces=st.lists(
+        st.tuples(
+            st.integers(5, 50),  # speech, in 20 ms frames
+            st.integers(3, 75),  # the pause after it, in frames
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    verdicts=st.lists(st.sampled_from([0.05, 0.3, 0.7, 0.95]), min_size=1, max_size=4),
+    delay=st.sampled_from([0.0, 0.03, 0.15, 0.4]),
+)
+def test_the_turn_ends_only_when_a_verdict_or_the_timeout_says_so(
+    pieces: list[tuple[int, int]], verdicts: list[float], delay: float
+) -> None:
+    """Whatever the speech, pauses and verdicts: no turn ends while the user speaks or
+    a verdict is pending; a complete verdict ends it the moment it is in; an incomplete
+    one after ``max_endpointing_delay`` from the end of speech (not before the verdict)."""
+    max_delay = 1.2
+    # The script alone says when each turn ends: the model the session must match.
+    expected: list[float] = []
+    t, judged = 0.0, 0
+    for index, (speech, pause) in enumerate(pieces):
+        end = t + speech * 0.02
+        resumes = end + pause * 0.02 if index + 1 < len(pieces) else float("inf")
+        t = end + pause * 0.02
+        if resumes - end + 1e-9 < SILENCE:
+            continue  # too short for the VAD: the next speech goes on the same utterance
+        judged += 1
+        verdict = verdicts[min(judged, len(verdicts)) - 1]
+        judged_at = end + SILENCE + delay
+        at = judged_at if verdict >= 0.5 else max(end + max_delay, judged_at)
+        assume(abs(at - resumes) > 0.05)  # a tie with the user's next word is a race
+        if at < resumes:
+            expected.append(at)
+
+    async def scenario() -> None:
+        detector = ScriptedTurnDetector(verdicts, delay=delay)
+        stt = ScriptedSTT([f"part {i}." for i in range(len(pieces))])
+        async with Call(detector, stt, max_endpointing_delay=max_delay) as c:
+            for speech, pause in pieces:
+                await c.speak(speech * 0.02)
+                await c.mic.push_silence(pause * 0.02)
+            await c.mic.push_silence(max_delay + 1.0)
+            committed = [m.timestamp for m in c.metrics if isinstance(m, rj.EOUMetrics)]
+            assert len(detector.calls) == judged
+            assert committed == [pytest.approx(x, abs=1e-6) for x in expected]
+            assert not c.errors
+
+    loop = looptime.new_event_loop(start=0)
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 600))
+    finally:
+        loop.close()
