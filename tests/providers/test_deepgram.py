@@ -128,9 +128,8 @@ async def test_speech_final_ends_the_wait_and_late_answers_do_not_leak(
     [connection] = server.connections
     results = [m for m in connection.sent if m["type"] == "Results" and m["is_final"]]
     assert [m["speech_final"] for m in results[:2]] == [True, False]
-    assert results[1]["from_finalize"] and results[1]["channel"]["alternatives"][0][
-        "transcript"
-    ] == ("")
+    late = results[1]
+    assert late["from_finalize"] and late["channel"]["alternatives"][0]["transcript"] == ""
 
 
 async def test_interims_join_this_utterances_finals() -> None:
@@ -300,7 +299,7 @@ async def test_drop_mid_utterance_fails_it_and_the_next_one_works(
     stt = make_stt(server)
     try:
         first = await say(stt, speech(0.6))
-        with pytest.raises(STTError, match="lost|closed|ended") as caught:
+        with pytest.raises(STTError, match="connection to Deepgram was lost") as caught:
             await stt.recognize(first)
         assert caught.value.retryable
         assert await stt.recognize(await say(stt, speech(0.6))) == SECOND
