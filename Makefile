@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,otel,plot,simulate]'
 	# silero-vad's wheel carries the VAD model; its torch dependency is not needed.
 	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
+	# pipecat-ai's wheel carries the Smart Turn model (local.SmartTurn); only the file is used.
+	$(BIN)/python -m pip install --quiet --no-deps pipecat-ai==1.14.0
 	touch $(STAMP)
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo

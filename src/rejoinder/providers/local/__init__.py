@@ -3,7 +3,8 @@
 ``from rejoinder.providers import local; vad = local.SileroVAD(); tts = local.EspeakTTS()``
 
 Install with ``pip install 'rejoinder[local]'`` plus ``pip install --no-deps
-silero-vad==6.2.3`` (the Silero model without its torch dependency). Names load their
+silero-vad==6.2.3`` (the Silero model without its torch dependency) and, for
+``SmartTurn``, ``pip install --no-deps pipecat-ai==1.14.0`` (its model file only). Names load their
 module (and its libraries) on first use, so importing this package costs nothing.
 eSpeak NG (``EspeakTTS``) and piper-tts (``PiperTTS``) are GPL-3.0.
 """
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from .piper_tts import PiperTTS
     from .pocketsphinx_stt import PocketSphinxSTT
     from .silero import SileroVAD
+    from .smart_turn import SmartTurn
     from .whisper import WhisperSTT
 
 # name -> submodule that defines it
@@ -27,9 +29,10 @@ _EXPORTS = {
     "WhisperSTT": "whisper",
     "PocketSphinxSTT": "pocketsphinx_stt",
     "PiperTTS": "piper_tts",
+    "SmartTurn": "smart_turn",
 }
 
-__all__ = ["EspeakTTS", "PiperTTS", "PocketSphinxSTT", "SileroVAD", "WhisperSTT"]
+__all__ = ["EspeakTTS", "PiperTTS", "PocketSphinxSTT", "SileroVAD", "SmartTurn", "WhisperSTT"]
 
 
 def __getattr__(name: str) -> object:
