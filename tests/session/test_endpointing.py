@@ -177,3 +177,31 @@ async def test_a_noise_after_the_pause_holds_the_turn_end_only_briefly() -> None
         assert c.user_turns() == ["Hello."]
         [thinking] = c.timeline.times_of("thinking")
         assert 1.4 <= thinking <= 1.4 + 0.3 + 1e-6
+
+
+class RecordingStreamingSTT(ScriptedSTT):
+    """Keeps every frame a streaming recognizer is pushed."""
+
+    def __init__(self) -> None:
+        super().__init__(["Hello there."])
+        self.pushed: list[AudioFrame] = []
+
+    def push(self, frame: AudioFrame, on_interim: Any) -> None:
+        self.pushed.append(frame)
+        super().push(frame, on_interim)
+
+
+async def test_a_streaming_recognizer_hears_the_onset_before_speech_was_confirmed() -> None:
+    """What the VAD heard before it was sure (kept for the utterance's audio) reaches a
+    streaming recognizer too, before the frames after it: the first word's onset."""
+    stt = RecordingStreamingSTT()
+    async with Call(stt, min_silence=0.3) as c:
+        await c.mic.push_silence(1.0)
+        await c.speak(1.0)
+        await c.mic.push_silence(1.0)
+        loud = [bool(abs(frame.data).max() > 1000) for frame in stt.pushed]
+        # 0.5 s kept from before the confirmation (0.44 s of quiet, then the 0.06 s of
+        # speech that confirmed it), then the rest of the speech, then the VAD's silence
+        assert sum(f.duration for f in stt.pushed) == pytest.approx(0.5 + 0.94 + 0.3)
+        assert loud == [False] * 22 + [True] * 50 + [False] * 15
+        assert c.user_turns() == ["Hello there."]

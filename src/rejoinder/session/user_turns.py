@@ -126,7 +126,13 @@ class UserTurns:
         if self._vad.speaking or events:
             self._utterance.append(frame)
             if self._streaming:
-                self._stt.push(frame, self._on_interim)  # type: ignore[attr-defined]
+                stt: StreamingSTT = self._stt  # type: ignore[assignment]
+                if self._preroll and any(e.type == "start_of_speech" for e in events):
+                    # The word's onset came before the VAD was sure: a streaming
+                    # recognizer hears it too, in order, as the utterance's audio has it.
+                    for early in self._preroll:
+                        stt.push(early, self._on_interim)
+                stt.push(frame, self._on_interim)
         else:
             self._preroll.append(frame)
             self._preroll_seconds += frame.duration
