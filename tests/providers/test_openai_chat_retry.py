@@ -13,7 +13,7 @@ import pytest
 
 from rejoinder.models import ChatChunk, ChatContext, LLMError
 from rejoinder.providers import openai
-from rejoinder.providers.openai._retry import MAX_RETRY_AFTER, RetryPolicy, retry_after
+from rejoinder.providers._retry import MAX_RETRY_AFTER, RetryPolicy, retry_after
 from rejoinder.testing import advance, now
 from rejoinder.testing.openai_chat_server import (
     CutConnection,

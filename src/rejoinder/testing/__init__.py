@@ -2,6 +2,8 @@
 
 from ..io.text import MemoryTextOutput
 from .clock import advance, now
+from .deepgram_server import DeepgramServer
+from .elevenlabs_server import ElevenLabsServer
 from .gpt_live_server import GPTLiveServer
 from .memory_audio import MemoryAudioInput, MemoryAudioOutput
 from .openai_audio_server import (
@@ -24,11 +26,14 @@ from .phone import FakePhoneCall, Heard
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .scripted_tts import ScriptedStreamingTTS, ScriptedTTS
+from .scripted_turn import ScriptedTurnDetector, TurnCall
 from .timeline import StateChange, StateTimeline
 
 __all__ = [
     "CutConnection",
+    "DeepgramServer",
     "Delay",
+    "ElevenLabsServer",
     "ErrorReply",
     "Fail",
     "FakePhoneCall",
@@ -48,6 +53,7 @@ __all__ = [
     "ScriptedSTT",
     "ScriptedStreamingTTS",
     "ScriptedTTS",
+    "ScriptedTurnDetector",
     "ScriptedVAD",
     "SpeechReply",
     "StateChange",
@@ -56,6 +62,7 @@ __all__ = [
     "ToolCall",
     "TranscriptReply",
     "TranscriptionRequest",
+    "TurnCall",
     "advance",
     "now",
     "speech_frame",

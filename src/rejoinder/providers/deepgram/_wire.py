@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from ...models.stt import STTError
-from ..openai._retry import RetryPolicy, retry_after, transient_status
+from .._retry import RetryPolicy, retry_after, transient_status
 
 if TYPE_CHECKING:
     import aiohttp

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...models.stt import StreamingSTT, STTError
-from ..openai._retry import RetryPolicy
+from .._retry import RetryPolicy
 from . import _wire
 
 if TYPE_CHECKING:

@@ -53,8 +53,8 @@ from urllib.parse import quote, urlencode
 
 from ... import models
 from ...models.tts import TTSError, TTSStream, WordTiming
-from ..openai._retry import RetryPolicy, retry_after, transient_status
-from ..openai.chat import Timeout
+from .._retry import RetryPolicy, retry_after, transient_status
+from .._timeout import Timeout
 from ._wire import FrameCutter, Transient, WordAligner, close_failure, decode_audio, parse_message
 
 if TYPE_CHECKING:

@@ -6,7 +6,8 @@ Realtime API, and speech (transcriptions, text to speech).
 ``openai.STT()`` and ``openai.TTS()`` in ``stt=`` and ``tts=``.
 """
 
-from .chat import LLM, Timeout
+from .._timeout import Timeout
+from .chat import LLM
 from .gpt_live import GPTLive
 from .realtime import Realtime
 from .stt import STT

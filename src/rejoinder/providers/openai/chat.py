@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
 from ...models.metrics import label_of
+from .._retry import RetryPolicy, log_retry, retry_after, transient_status
+from .._timeout import Timeout
 from . import _convert
 from ._auth import DEFAULT_BASE_URL, api_key_from, base_url_from
-from ._retry import RetryPolicy, log_retry, retry_after, transient_status
 from ._stream import SSEDecoder, StreamAssembler
 
 if TYPE_CHECKING:
@@ -34,34 +35,6 @@ __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "StreamAssembler", "Timeout"
 
 _USER_AGENT = "rejoinder/0.1"
 _MAX_ERROR_BODY_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Timeout:
-    """How long to wait, in seconds, before a request fails with a retryable ``LLMError``.
-
-    ``None`` disables a limit. Each try of a request has its own limits, and a try that
-    timed out is not retried by the LLM (the ``retryable`` error tells a caller such as
-    ``FallbackLLM`` that another try may work).
-    """
-
-    connect: float | None = 10.0
-    """Opening the connection (TCP and TLS), including waiting for a pooled connection."""
-    read: float | None = 60.0
-    """Longest silence from the server: until the response headers, and between stream reads.
-    Keep-alive comments count as data, so a server that sends them never trips this."""
-    total: float | None = None
-    """The whole request (one try of it), stream included."""
-
-    @classmethod
-    def of(cls, value: Timeout | float | None) -> Timeout:
-        """A client's ``timeout=`` argument: the defaults for ``None``, one number of
-        seconds for both connecting and reading."""
-        if value is None:
-            return cls()
-        if isinstance(value, Timeout):
-            return value
-        return cls(connect=float(value), read=float(value))
 
 
 @dataclass(slots=True)

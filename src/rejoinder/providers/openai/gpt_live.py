@@ -33,6 +33,7 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
+from .._retry import RetryPolicy, with_retries
 from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
 from ._auth import base_url_from, require_api_key
 from ._gpt_live_io import InputAudio, Link, close_ws, open_session
@@ -53,7 +54,6 @@ from ._gpt_live_protocol import (
     tools_update,
 )
 from ._gpt_live_state import ConnectionState
-from ._retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     import aiohttp

@@ -59,13 +59,13 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
+from .._retry import RetryPolicy, with_retries
 from . import _realtime_wire as wire
 from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
 from ._auth import base_url_from, require_api_key
 from ._realtime_io import CLOSE_TIMEOUT, MicChunker, Socket, pump, read_until
 from ._realtime_protocol import RealtimeProtocol
 from ._realtime_wire import SAMPLE_RATE, JSONObject
-from ._retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame

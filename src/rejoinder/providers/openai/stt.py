@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from ... import models
 from ...models.stt import STTError
+from .._retry import RetryPolicy, log_retry, retry_after, transient_status
+from .._timeout import Timeout
 from . import _json
 from ._auth import api_key_from, base_url_from
 from ._convert import error_message_from_body
-from ._retry import RetryPolicy, log_retry, retry_after, transient_status
 from ._stream import SSEDecoder
-from .chat import Timeout
 
 if TYPE_CHECKING:
     import aiohttp

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import models
 from ...models.tts import TTSError, WordTiming
+from .._timeout import Timeout
 from ._convert import error_message_from_body
-from .chat import Timeout
 from .stt import _Failure, _HTTPClient, _read_some
 
 if TYPE_CHECKING:

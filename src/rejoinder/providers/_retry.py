@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ...models.realtime import RealtimeError
+from ..models.realtime import RealtimeError
 
 __all__ = [
     "MAX_RETRY_AFTER",
