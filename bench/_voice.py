@@ -306,6 +306,11 @@ def add_what_if_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("what if (instead of the shipped defaults)")
     group.add_argument("--vad-silence", type=float, help="SileroVAD min_silence_duration")
     group.add_argument("--min-endpointing-delay", type=float)
+    group.add_argument(
+        "--smart-turn",
+        action="store_true",
+        help="turn_detection=SmartTurn() (and a 0.2 s VAD silence unless --vad-silence)",
+    )
 
 
 def what_if(args: argparse.Namespace) -> dict[str, Any]:
@@ -315,6 +320,11 @@ def what_if(args: argparse.Namespace) -> dict[str, Any]:
         out["vad_silence"] = args.vad_silence
     if args.min_endpointing_delay is not None:
         out["min_endpointing_delay"] = args.min_endpointing_delay
+    if args.smart_turn:
+        from rejoinder.providers.local import SmartTurn
+
+        out["turn_detection"] = SmartTurn()
+        out.setdefault("vad_silence", 0.2)
     return out
 
 

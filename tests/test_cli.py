@@ -6,6 +6,7 @@ import asyncio
 import io
 import itertools
 import json
+import os
 import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -474,3 +475,16 @@ def test_demo_agent_tools_and_timer_bounds() -> None:
         with pytest.raises(rj.ToolError):
             tools["set_timer"].parse_arguments(bad)
     assert tools["set_timer"].parse_arguments('{"seconds": 5}') == {"seconds": 5}
+
+
+def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rejoinder import cli
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    cli.main(["--help"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    cli.main(["--help"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

@@ -276,7 +276,18 @@ def _run_server(args: argparse.Namespace) -> int:
         return 130
 
 
+def _one_blas_thread() -> None:
+    """A voice server computes many small matrix products (the audio features of
+    Whisper and Smart Turn) for many sessions: numpy's BLAS worker threads speed none of
+    them up, and spin after each one, doubling its CPU and holding the cores the event
+    loop needs (``bench/smart_turn.py``: 68 instead of 34 ms of CPU per Smart Turn
+    decision, the loop up to 27 ms late). One thread, unless the user chose. It only
+    takes effect before numpy is first imported, which ``import rejoinder`` does not do."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _one_blas_thread()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in _DELEGATED:
         return _run_delegated(args_list[0], args_list[1:])

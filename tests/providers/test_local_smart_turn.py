@@ -188,3 +188,15 @@ async def test_a_pause_mid_thought_does_not_end_the_turn_and_the_end_does_at_onc
     finally:
         await asyncio.wait_for(session.aclose(), TIMEOUT)
         await stt.aclose()
+
+
+def test_two_model_threads_only_where_blas_keeps_to_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert SmartTurn().cpu_threads == 2
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    assert SmartTurn().cpu_threads == 1
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert SmartTurn().cpu_threads == 1
+    assert SmartTurn(cpu_threads=3).cpu_threads == 3

@@ -20,15 +20,20 @@ use for Whisper, with an 8 s chunk (its output matches the transformers extracto
 model was trained with to ~1e-7). The model returns the probability that the turn is
 complete.
 
-Cost (``bench/smart_turn.py``, 2-vCPU EPYC VM): about 4 ms for the features and 26-28 ms
-for the model per judgement, on one worker thread — one onnxruntime thread is faster
-than two on two cores shared with the event loop.
+Cost (``bench/smart_turn.py``, 2-vCPU EPYC VM, median per decision through
+``probability()``): 18.6 ms with two onnxruntime threads when numpy's BLAS uses one
+thread (``OPENBLAS_NUM_THREADS=1``, which ``rejoinder serve``, ``dev`` and ``console``
+set), 37 ms with one. With BLAS's own threads (numpy's default) two onnxruntime threads
+are slower, 60 ms, and one takes 38.6 ms: the features' matrix product wakes BLAS
+threads that spin on the same two cores. So ``cpu_threads`` defaults to 2 only where
+BLAS is held to one thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,17 +95,21 @@ class SmartTurn(TurnDetector):
         *,
         threshold: float = 0.5,
         model_path: str | Path | None = None,
-        cpu_threads: int = 1,
+        cpu_threads: int | None = None,
     ) -> None:
         """
         Args:
             threshold: a probability at or above this is a complete turn. Lower ends
                 turns sooner (and cuts more people off); higher waits more often.
             model_path: another Smart Turn v3 ONNX file (same input and output).
-            cpu_threads: onnxruntime's threads for one judgement.
+            cpu_threads: onnxruntime's threads for one judgement; by default 2 when
+                numpy's BLAS is held to one thread (``OPENBLAS_NUM_THREADS=1``) and there
+                are two cores or more, else 1 (see the measurements above).
         """
         if not 0.0 < threshold < 1.0:
             raise ValueError("threshold must be between 0 and 1")
+        if cpu_threads is None:
+            cpu_threads = _default_threads()
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
         self.threshold = threshold
@@ -181,6 +190,11 @@ class SmartTurn(TurnDetector):
         except Exception as exc:
             raise TurnDetectorError(f"could not load the Smart Turn model {path}: {exc}") from exc
         return session
+
+
+def _default_threads() -> int:
+    one_blas_thread = os.environ.get("OPENBLAS_NUM_THREADS") == "1"
+    return 2 if one_blas_thread and (os.cpu_count() or 1) >= 2 else 1
 
 
 def _load_extractor() -> Any:
