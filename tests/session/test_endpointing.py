@@ -205,3 +205,20 @@ async def test_a_streaming_recognizer_hears_the_onset_before_speech_was_confirme
         assert sum(f.duration for f in stt.pushed) == pytest.approx(0.5 + 0.94 + 0.3)
         assert loud == [False] * 22 + [True] * 50 + [False] * 15
         assert c.user_turns() == ["Hello there."]
+
+
+async def test_a_streaming_recognizer_serves_one_running_session_at_a_time() -> None:
+    """Its push()/reset() are one utterance stream: a second session would mix its
+    microphone into the first one's transcript. A plain recognizer may be shared."""
+    stt = ScriptedSTT(["Hello there."])
+    async with Call(stt, min_silence=0.3):
+        second = Call(stt, min_silence=0.3)
+        with pytest.raises(RuntimeError, match="streaming recognizer already used"):
+            await second.session.start(rj.Agent(instructions="voice"))
+        shared = SlowSTT(latency=0.1)
+        async with Call(shared, min_silence=0.3), Call(shared, min_silence=0.3):
+            pass
+    async with Call(stt, min_silence=0.3) as again:  # free once the first one closed
+        await again.speak(1.0)
+        await again.mic.push_silence(1.0)
+        assert again.user_turns() == ["Hello there."]

@@ -26,6 +26,11 @@ class ModelClaims:
     def __init__(self) -> None:
         self._models: list[object] = []
 
+    @staticmethod
+    def in_use(model: object) -> bool:
+        """Whether a running session uses ``model``."""
+        return _in_use.get(id(model), 0) > 0
+
     def claim(self, models: Iterable[object | None]) -> None:
         unique: dict[int, object] = {}
         for model in models:

@@ -22,6 +22,7 @@ from ..models import LLM, ChatContext
 from ..models.chat import new_id
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
+from ..models.stt import StreamingSTT
 from ..models.turn_detector import TurnDetector
 from .activity import AgentActivity, running_activity
 from .agent import Agent
@@ -60,6 +61,8 @@ logger = logging.getLogger("rejoinder")
 Userdata = TypeVar("Userdata")
 
 DTMF_KEYS = "0123456789*#ABCD"
+MODES = ("vad", "manual")
+"""The turn detection modes that are not a ``TurnDetector``."""
 
 
 class AgentSession(Generic[Userdata]):
@@ -93,7 +96,7 @@ class AgentSession(Generic[Userdata]):
             raise ValueError("close_timeout must be positive")
         if not answer_timeout > 0:
             raise ValueError("answer_timeout must be positive")
-        if not isinstance(turn_detection, TurnDetector) and turn_detection not in ("vad", "manual"):
+        if not isinstance(turn_detection, TurnDetector) and turn_detection not in MODES:
             raise ValueError(
                 f'turn_detection must be "vad", "manual" or a TurnDetector, got {turn_detection!r}'
             )
@@ -221,7 +224,17 @@ class AgentSession(Generic[Userdata]):
         if self._root is not None:
             raise RuntimeError("the session was already started")
         loop = asyncio.get_running_loop()
-        self._models.claim((self.llm, self.stt, self.tts, self.vad))
+        if isinstance(self.stt, StreamingSTT) and ModelClaims.in_use(self.stt):
+            # It holds one utterance stream (and a streaming provider one connection):
+            # two sessions' microphones would be transcribed as one.
+            raise RuntimeError(
+                f"{type(self.stt).__name__} is a streaming recognizer already used by a "
+                "running session; give each session its own"
+            )
+        detector = self.options.turn_detection
+        self._models.claim(
+            (self.llm, self.stt, self.tts, self.vad, detector if detector not in MODES else None)
+        )
         state = self._turn_state_ = TurnState(self._floor, self._events, loop, self._timeline)
         state.note("session", event="started", session_id=self.id)
         # Everything the session runs starts in this context, so `await SomeTask()`
