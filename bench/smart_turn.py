@@ -351,9 +351,11 @@ def accuracy(spoken: Sequence[Spoken]) -> dict[str, Any]:
         )["accuracy"]
         for category in CATEGORIES
     }
+    session_rule = as_the_session_decides(spoken, probabilities, detector.threshold)
     return {
         "threshold": detector.threshold,
         "all": figures(labels, predicted),
+        "session_rule": session_rule,
         "without_truncated": figures([labels[i] for i in easy], [predicted[i] for i in easy]),
         "by_voice": by_voice,
         "misclassified": wrong,
@@ -362,6 +364,50 @@ def accuracy(spoken: Sequence[Spoken]) -> dict[str, Any]:
             **figures([y for _, _, y in texts], [text_rule(t) for _, t, _ in texts]),
             "accuracy_by_category": rule_by_category,
         },
+    }
+
+
+def as_the_session_decides(
+    spoken: Sequence[Spoken], probabilities: Sequence[float], threshold: float
+) -> dict[str, Any]:
+    """What ``AgentSession(turn_detection=SmartTurn())`` does with each clip: a complete
+    verdict ends the turn at once unless the transcript trails off (``reads_finished``
+    is False); the transcript is Whisper tiny.en's, as in the offline stack."""
+    from rejoinder.providers.local import WhisperSTT
+    from rejoinder.session.user_turns import reads_finished
+
+    async def transcribe() -> list[str]:
+        stt = WhisperSTT()
+        await stt.load()
+        try:
+            return [(await stt.recognize(clip.frames())).strip() for clip in spoken]
+        finally:
+            await stt.aclose()
+
+    transcripts = asyncio.run(transcribe())
+    ends = [
+        int(p >= threshold and reads_finished(text) is not False)
+        for p, text in zip(probabilities, transcripts, strict=True)
+    ]
+    labels = [clip.label for clip in spoken]
+    by_voice: dict[str, Any] = {}
+    for voice in VOICES:
+        rows = [i for i, clip in enumerate(spoken) if clip.voice == voice]
+        entry = figures([labels[i] for i in rows], [ends[i] for i in rows])
+        entry["categories"] = {
+            category: round(
+                statistics.mean(
+                    ends[i] == labels[i] for i in rows if spoken[i].category == category
+                ),
+                3,
+            )
+            for category in CATEGORIES
+        }
+        by_voice[voice] = entry
+    return {
+        "note": "SmartTurn's verdict vetoed by a Whisper tiny.en transcript that trails off",
+        **figures(labels, ends),
+        "by_voice": by_voice,
     }
 
 
@@ -403,6 +449,7 @@ def table(result: dict[str, Any]) -> str:
         ("all", acc["all"]),
         ("no trunc.", acc["without_truncated"]),
         ("TEXT rule", rule),
+        ("SESSION", acc["session_rule"]),
     ):
         lines.append(
             f"{name:>9}: n={f['count']} accuracy {f['accuracy']}"
@@ -410,7 +457,10 @@ def table(result: dict[str, Any]) -> str:
             f" false-cut {f['false_cut_rate']}"
             f" false-wait {f['false_wait_rate']}"
         )
-    lines.append(f"misclassified ({len(acc['misclassified'])}):")
+    for voice, v in acc["session_rule"]["by_voice"].items():
+        cells = " ".join(f"{c} {v['categories'][c]:.2f}" for c in CATEGORIES)
+        lines.append(f"  SESSION {voice}: {cells}")
+    lines.append(f"misclassified by the model alone ({len(acc['misclassified'])}):")
     for w in acc["misclassified"]:
         lines.append(f"  {w['voice']:<6} {w['category']:<9} p={w['probability']:.3f}  {w['text']}")
     return "\n".join(lines)

@@ -290,3 +290,47 @@ def test_the_turn_ends_only_when_a_verdict_or_the_timeout_says_so(
         loop.run_until_complete(asyncio.wait_for(scenario(), 600))
     finally:
         loop.close()
+
+
+async def test_a_transcript_that_trails_off_vetoes_a_complete_verdict() -> None:
+    detector = ScriptedTurnDetector([0.95])
+    async with Call(detector, ScriptedSTT(["I'd like to book a table for,"])) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(4.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 3.0)]
+
+
+async def test_a_recognizer_that_does_not_punctuate_leaves_it_to_the_detector() -> None:
+    detector = ScriptedTurnDetector([0.95])
+    async with Call(detector, ScriptedSTT(["book a table for two at seven"])) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(2.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + SILENCE)]
+
+
+async def test_an_ellipsis_trails_off_without_a_detector() -> None:
+    async with Call(None, ScriptedSTT(["So I was thinking..."])) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(4.0)
+        assert c.timeline.times_of("thinking") == [pytest.approx(1.0 + 3.0)]
+
+
+@pytest.mark.parametrize(
+    ("text", "reads"),
+    [
+        ("Hello.", True),
+        ("Is it?", True),
+        ('He said "yes."', True),
+        ("Stop!", True),
+        ("So...", False),
+        ("So…", False),
+        ("Book a table for,", False),
+        ("Hello, this is", False),
+        ("book a table for two", None),
+        ("", None),
+    ],
+)
+def test_what_a_transcript_says_about_its_end(text: str, reads: bool | None) -> None:
+    from rejoinder.session.user_turns import reads_finished
+
+    assert reads_finished(text) is reads

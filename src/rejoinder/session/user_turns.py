@@ -54,7 +54,17 @@ _HOLD_STEP = 0.02  # how often a due turn end rechecks a VAD that is still decid
 _MAX_HOLD = 0.3  # the longest a due turn end waits for that verdict
 _PREROLL_SECONDS = 0.5  # audio kept from before speech was confirmed (word onsets)
 _EARLY_PAUSE = 0.1  # a pause inside speech this long starts an early recognition
-_SENTENCE_FINAL = re.compile(r"[.!?…]['\")\]]*\s*$")
+# A sentence's end, not an ellipsis ("I was thinking..." trails off), before any quotes.
+_SENTENCE_FINAL = re.compile(r"(?<![.…])[.!?]['\")\]]*\s*$")
+_PUNCTUATION = re.compile(r"[.,!?;:…]")
+
+
+def reads_finished(transcript: str) -> bool | None:
+    """Whether the transcript ends a sentence; ``None`` when it has no punctuation at all
+    (a recognizer that does not punctuate says nothing about where sentences end)."""
+    if _SENTENCE_FINAL.search(transcript):
+        return True
+    return False if _PUNCTUATION.search(transcript) else None
 
 
 class _Early:
@@ -358,11 +368,15 @@ class UserTurns:
         complete = verdicts.complete() if verdicts is not None else None
         if complete is None and verdicts is not None and verdicts.judging:
             return  # the verdict reschedules this when it is in
+        reads = reads_finished(" ".join(self._transcript))
         if complete is not None:
-            delay = 0.0 if complete else options.max_endpointing_delay
-        elif _SENTENCE_FINAL.search(self._transcript[-1]) is not None:
+            # Both must agree to end the turn at once: a transcript that trails off ("to
+            # the,", "so...") vetoes a complete verdict (bench/smart_turn.py: Piper's
+            # broken-off requests sound finished; with the veto twice as many wait).
+            delay = 0.0 if complete and reads is not False else options.max_endpointing_delay
+        elif reads:
             delay = options.min_endpointing_delay
-        else:
+        else:  # trails off, or cannot tell: give the user time to go on
             delay = options.max_endpointing_delay
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
