@@ -46,10 +46,16 @@ SAMPLE_RATE = 24000
 FRAME_SECONDS = 0.1
 
 
-def tone_pcm(seconds: float, frequency: float = 440.0, amplitude: int = 8000) -> bytes:
-    """A sine tone as 24 kHz 16-bit little-endian mono PCM (audible, never silent)."""
-    samples = round(seconds * SAMPLE_RATE)
-    step = 2 * math.pi * frequency / SAMPLE_RATE
+AUDIO_TYPES = {"audio/pcm": SAMPLE_RATE, "audio/pcmu": 8000, "audio/pcma": 8000}
+"""The GA format types and their one rate (G.711 declares none: it is 8 kHz)."""
+
+
+def tone_pcm(
+    seconds: float, frequency: float = 440.0, amplitude: int = 8000, rate: int = SAMPLE_RATE
+) -> bytes:
+    """A sine tone as 16-bit little-endian mono PCM at ``rate`` (audible, never silent)."""
+    samples = round(seconds * rate)
+    step = 2 * math.pi * frequency / rate
     data = array("h", (round(amplitude * math.sin(step * (i + 1))) for i in range(samples)))
     return data.tobytes()
 
@@ -65,6 +71,10 @@ class RealtimeConnection:
     received: list[JSONObject] = field(default_factory=list)
     """This connection's client events, in order."""
     closed: bool = False
+    input_format: str = "audio/pcm"
+    """``session.audio.input.format.type`` as configured (the default until set)."""
+    output_format: str = "audio/pcm"
+    """``session.audio.output.format.type`` as configured."""
     _ws: web.WebSocketResponse | None = field(default=None, repr=False)
     _transport: asyncio.Transport | None = field(default=None, repr=False)
 
@@ -124,6 +134,22 @@ class OpenAIRealtimeServer(LoopbackServer):
 
     def of_type(self, event_type: str) -> list[JSONObject]:
         return [event for event in self.received if event.get("type") == event_type]
+
+    def input_audio(self, connection: RealtimeConnection | None = None) -> bytes:
+        """The audio appended so far (of one connection, or all), as sent: G.711 bytes
+        for a G.711 input format."""
+        events = self.received if connection is None else connection.received
+        return b"".join(
+            base64.b64decode(str(event.get("audio", "")))
+            for event in events
+            if event.get("type") == "input_audio_buffer.append"
+        )
+
+    def input_pcm(self, connection: RealtimeConnection | None = None) -> bytes:
+        """The appended audio decoded to 16-bit PCM at the input format's rate (of one
+        connection, or of the newest one's format)."""
+        fmt = (connection or self.connections[-1]).input_format
+        return _decode(fmt, self.input_audio(connection))
 
     async def wait_for(self, event_type: str, count: int = 1, within: float = 5.0) -> JSONObject:
         """Wait (at most ``within`` seconds) until ``count`` client events of ``event_type``
@@ -200,11 +226,19 @@ class OpenAIRealtimeServer(LoopbackServer):
         )
 
     async def audio(self, response_id: str, item_id: str, seconds: float = 0.5) -> None:
-        """``response.output_audio.delta`` events of 100 ms of tone each."""
+        """``response.output_audio.delta`` events of 100 ms of tone each, in the output
+        format (8 kHz G.711 for ``audio/pcmu``/``audio/pcma``)."""
+        fmt = self._current().output_format
         frames = max(1, round(seconds / FRAME_SECONDS))
-        chunk = base64.b64encode(tone_pcm(FRAME_SECONDS)).decode("ascii")
+        tone = tone_pcm(FRAME_SECONDS, rate=AUDIO_TYPES[fmt])
+        chunk = base64.b64encode(_encode(fmt, tone)).decode("ascii")
         for _ in range(frames):
             await self.send(_content(response_id, item_id, "response.output_audio.delta", chunk))
+
+    async def audio_bytes(self, response_id: str, item_id: str, data: bytes) -> None:
+        """One ``response.output_audio.delta`` carrying ``data`` as it is (wire bytes)."""
+        delta = base64.b64encode(data).decode("ascii")
+        await self.send(_content(response_id, item_id, "response.output_audio.delta", delta))
 
     async def audio_done(self, response_id: str, item_id: str) -> None:
         await self.send(
@@ -429,7 +463,10 @@ class OpenAIRealtimeServer(LoopbackServer):
                 if not isinstance(event, dict):
                     event = {"type": None, "raw": message.data}
                 await self._record_event(connection, event)
-                if event.get("type") == "session.update" and self._answer_session_update:
+                refusal = _format_error(connection, event)
+                if refusal is not None:  # the update is not applied; the session goes on
+                    await ws.send_str(json.dumps(refusal))
+                elif event.get("type") == "session.update" and self._answer_session_update:
                     update = event.get("session")
                     session = self._session(connection)
                     session.update(update if isinstance(update, dict) else {})
@@ -473,6 +510,71 @@ def _content(response_id: str, item_id: str, event_type: str, delta: str) -> JSO
         "content_index": 0,
         "delta": delta,
     }
+
+
+def _format_error(connection: RealtimeConnection, event: JSONObject) -> JSONObject | None:
+    """Apply a ``session.update``'s audio formats to ``connection``, or return the
+    ``error`` the API answers a malformed or unknown one with (nothing is applied)."""
+    if event.get("type") != "session.update":
+        return None
+    session = event.get("session")
+    audio = session.get("audio") if isinstance(session, dict) else None
+    found: dict[str, str] = {}
+    for direction in ("input", "output"):
+        side = audio.get(direction) if isinstance(audio, dict) else None
+        if not isinstance(side, dict) or "format" not in side:
+            continue
+        declared, param = side["format"], f"session.audio.{direction}.format"
+        if not isinstance(declared, dict):
+            message = f"Invalid type for '{param}': expected an object, but got {declared!r}."
+            return _event_error(message, "invalid_type", param, event.get("event_id"))
+        kind = declared.get("type")
+        if kind not in AUDIO_TYPES:
+            supported = ", ".join(f"'{name}'" for name in AUDIO_TYPES)
+            message = f"Invalid value: {kind!r}. Supported values are: {supported}."
+            return _event_error(message, "invalid_value", f"{param}.type", event.get("event_id"))
+        rate = declared.get("rate", AUDIO_TYPES[kind])
+        if isinstance(rate, bool) or rate != AUDIO_TYPES[kind]:
+            message = f"Invalid value: {rate!r}. Supported values are: {AUDIO_TYPES[kind]}."
+            return _event_error(message, "invalid_value", f"{param}.rate", event.get("event_id"))
+        found[direction] = kind
+    connection.input_format = found.get("input", connection.input_format)
+    connection.output_format = found.get("output", connection.output_format)
+    return None
+
+
+def _event_error(message: str, code: str, param: str, event_id: object) -> JSONObject:
+    return {
+        "type": "error",
+        "event_id": "event_format",
+        "error": {
+            "type": "invalid_request_error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "event_id": event_id if isinstance(event_id, str) else None,
+        },
+    }
+
+
+def _encode(fmt: str, pcm: bytes) -> bytes:
+    if fmt == "audio/pcm":
+        return pcm
+    import numpy as np
+
+    from ..models import g711
+
+    samples = np.frombuffer(pcm, "<i2").astype(np.int16)
+    return g711.ulaw_encode(samples) if fmt == "audio/pcmu" else g711.alaw_encode(samples)
+
+
+def _decode(fmt: str, data: bytes) -> bytes:
+    if fmt == "audio/pcm":
+        return data
+    from ..models import g711
+
+    pcm = g711.ulaw_decode(data) if fmt == "audio/pcmu" else g711.alaw_decode(data)
+    return pcm.astype("<i2").tobytes()
 
 
 def _http_error(status: int, message: str, code: str | None) -> web.Response:

@@ -3,7 +3,7 @@
 Its one job is moving data between the session and the server: opening and closing the
 WebSocket (and the aiohttp session it runs on), reading until a set-up event arrives,
 the reader/writer pump of a live connection, and cutting microphone frames into
-append-sized 24 kHz PCM chunks. What the messages mean is decided by the caller's
+append-sized chunks of the session's audio format. What the messages mean is decided by the caller's
 ``dispatch``; ``aiohttp``, ``numpy`` and ``soxr`` are imported on first use.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...models.realtime import ProviderError, RealtimeError, RealtimeEvent
 from . import _json
-from ._realtime_wire import SAMPLE_RATE, JSONObject, ServerError
+from ._realtime_wire import PCM, AudioFormat, JSONObject, ServerError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder.providers.openai.realtime")
 
 CLOSE_TIMEOUT = 2.0
-_CHUNK_BYTES = SAMPLE_RATE // 10 * 2  # 100 ms of 16-bit mono
 
 Dispatch = Callable[[str], RealtimeError | None]
 """Handles one server message; returns the fatal error it reported, if any."""
@@ -204,29 +203,34 @@ async def _write_loop(
 
 
 class MicChunker:
-    """Microphone frames (any rate, any channel count) → 100 ms chunks of 24 kHz mono PCM.
+    """Microphone frames (any rate, any channel count) → 100 ms chunks in the session's
+    wire format: 24 kHz mono PCM, or 8 kHz G.711 (800 bytes a chunk).
 
     Fixed-size appends keep the number of events (and their JSON overhead) low whatever
-    frame size the microphone delivers.
+    frame size the microphone delivers. A frame already at the format's rate is not
+    resampled (8 kHz phone audio goes straight to G.711).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, audio: AudioFormat = PCM) -> None:
+        self.audio = audio
         self._resampler: Resampler | None = None
         self._pending = bytearray()
+        self._chunk_bytes = audio.chunk_samples * (2 if audio.name == "pcm" else 1)
 
     def push(self, frame: AudioFrame) -> list[bytes]:
         from ...models.audio_utils import Resampler
 
         mono = _downmix(frame)
         if self._resampler is None or self._resampler.in_rate != mono.sample_rate:
-            self._resampler = Resampler(mono.sample_rate, SAMPLE_RATE)
+            self._resampler = Resampler(mono.sample_rate, self.audio.rate)
         out = self._resampler.push(mono)
         if out is not None:
-            self._pending += out.to_pcm()
+            self._pending += self.audio.encode(out.data)
+        size = self._chunk_bytes
         chunks: list[bytes] = []
-        while len(self._pending) >= _CHUNK_BYTES:
-            chunks.append(bytes(self._pending[:_CHUNK_BYTES]))
-            del self._pending[:_CHUNK_BYTES]
+        while len(self._pending) >= size:
+            chunks.append(bytes(self._pending[:size]))
+            del self._pending[:size]
         return chunks
 
     def reset(self) -> None:

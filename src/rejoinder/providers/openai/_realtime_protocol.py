@@ -41,7 +41,8 @@ from ...models.realtime import (
 )
 from . import _json
 from ._realtime_wire import (
-    SAMPLE_RATE,
+    PCM,
+    AudioFormat,
     JSONObject,
     Malformed,
     ServerError,
@@ -237,8 +238,10 @@ class RealtimeProtocol:
     response, audio item ids, call ids) refers to a session that no longer exists.
     """
 
-    def __init__(self, *, transcribes_input: bool = True) -> None:
+    def __init__(self, *, transcribes_input: bool = True, audio: AudioFormat = PCM) -> None:
         self._transcribes_input = transcribes_input
+        self._format = audio
+        """The session's audio format: how output deltas decode."""
         self._audio = _AudioTrack()
         self._tools = _ToolBatches()
         self._running: str | None = None
@@ -346,13 +349,12 @@ class RealtimeProtocol:
             pcm = base64.b64decode(delta, validate=True)
         except (binascii.Error, ValueError):
             raise Malformed("`delta` is not base64") from None
-        if len(pcm) % 2:
+        if len(pcm) % 2 and not self._format.g711:
             raise Malformed("`delta` is not 16-bit PCM (odd byte count)")
         if not pcm:
             return []
-        from ...models.audio import AudioFrame
-
-        return self._audio.delta(response_id, item_id, AudioFrame.from_pcm(pcm, SAMPLE_RATE))
+        # G.711 deltas become 8 kHz frames: a phone line plays them with no resampling.
+        return self._audio.delta(response_id, item_id, self._format.decode(pcm))
 
     def _audio_done(self, event: JSONObject) -> list[RealtimeEvent]:
         return self._audio.item_done(opt_str(event, "item_id"))

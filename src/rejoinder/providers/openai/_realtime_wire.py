@@ -25,6 +25,7 @@ from ...models.chat import (
 from ...models.realtime import ResponseUsage
 
 if TYPE_CHECKING:
+    from ...models.audio import PCM16, AudioFrame
     from ...models.tools import ToolDefinition
 
 JSONObject = dict[str, Any]
@@ -32,6 +33,91 @@ JSONObject = dict[str, Any]
 SAMPLE_RATE = 24000
 """The only PCM rate the API accepts and produces."""
 PCM_FORMAT: Mapping[str, Any] = {"type": "audio/pcm", "rate": SAMPLE_RATE}
+G711_RATE = 8000
+"""G.711 (``audio/pcmu``, ``audio/pcma``) is telephone audio: 8 kHz, one byte a sample."""
+
+AudioFormatName = Literal["pcm", "pcmu", "pcma"]
+AudioFormatOption = Literal["pcm", "pcmu", "pcma", "auto"]
+AUDIO_FORMAT_CHOICES = ("pcm", "pcmu", "pcma", "auto")
+"""The ``audio_format`` values ``openai.Realtime`` and ``GPTLive`` accept."""
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFormat:
+    """One wire audio format, shared by the Realtime API and GPT-Live (one per session,
+    for input and output alike).
+
+    ``pcm`` is 16-bit little-endian mono PCM at 24 kHz; ``pcmu``/``pcma`` are G.711
+    μ-law/A-law at 8 kHz, one byte a sample. The GA Realtime API declares them as
+    ``{"type": "audio/pcm", "rate": 24000}``, ``{"type": "audio/pcmu"}`` and
+    ``{"type": "audio/pcma"}`` (``session.audio.input.format`` and ``.output.format``:
+    https://developers.openai.com/api/reference/resources/realtime/client-events).
+    """
+
+    name: AudioFormatName
+    rate: int
+
+    @property
+    def mime(self) -> str:
+        return f"audio/{self.name}"
+
+    @property
+    def g711(self) -> bool:
+        return self.name != "pcm"
+
+    @property
+    def chunk_samples(self) -> int:
+        """100 ms of audio: the size of one input append."""
+        return self.rate // 10
+
+    def realtime_wire(self) -> JSONObject:
+        """The Realtime API's format object (G.711 has no ``rate``: it is always 8 kHz)."""
+        return dict(PCM_FORMAT) if self.name == "pcm" else {"type": self.mime}
+
+    def encode(self, pcm: PCM16) -> bytes:
+        """int16 mono samples at ``rate`` → wire bytes."""
+        if self.name == "pcm":
+            return pcm.astype("<i2", copy=False).tobytes()
+        from ...models import g711
+
+        return g711.ulaw_encode(pcm) if self.name == "pcmu" else g711.alaw_encode(pcm)
+
+    def decode(self, data: bytes) -> AudioFrame:
+        """Wire bytes → a mono ``AudioFrame`` at ``rate``. ``ValueError``: odd PCM bytes."""
+        from ...models.audio import AudioFrame
+
+        if self.name == "pcm":
+            return AudioFrame.from_pcm(data, self.rate)
+        from ...models import g711
+
+        pcm = g711.ulaw_decode(data) if self.name == "pcmu" else g711.alaw_decode(data)
+        return AudioFrame(pcm, self.rate)
+
+
+AUDIO_FORMATS: Mapping[str, AudioFormat] = {
+    "pcm": AudioFormat("pcm", SAMPLE_RATE),
+    "pcmu": AudioFormat("pcmu", G711_RATE),
+    "pcma": AudioFormat("pcma", G711_RATE),
+}
+PCM = AUDIO_FORMATS["pcm"]
+
+
+def check_audio_format(option: str, owner: str) -> str:
+    """``option`` if it is one of ``AUDIO_FORMAT_CHOICES``; else a ``ValueError``."""
+    if option not in AUDIO_FORMAT_CHOICES:
+        choices = ", ".join(repr(choice) for choice in AUDIO_FORMAT_CHOICES)
+        raise ValueError(f"{owner}: audio_format must be one of {choices}, got {option!r}")
+    return option
+
+
+def choose_audio_format(option: str, input_rate: int | None) -> AudioFormat:
+    """The session's format. ``auto``: G.711 μ-law when the microphone runs at 8 kHz (a
+    phone call: its audio then crosses with no resampling either way), else 24 kHz PCM,
+    which loses nothing of a wideband microphone."""
+    if option == "auto":
+        return AUDIO_FORMATS["pcmu"] if input_rate == G711_RATE else PCM
+    return AUDIO_FORMATS[option]
+
 
 # Error codes (or types) after which the same connection settings can never work.
 FATAL_ERROR_CODES = frozenset(
@@ -53,9 +139,13 @@ class AudioSettings:
 
 
 def session_config(
-    settings: AudioSettings, instructions: str, tools: Sequence[ToolDefinition]
+    settings: AudioSettings,
+    instructions: str,
+    tools: Sequence[ToolDefinition],
+    audio: AudioFormat = PCM,
 ) -> JSONObject:
-    """The complete ``session`` object of a GA ``session.update``."""
+    """The complete ``session`` object of a GA ``session.update``; ``audio`` is the format
+    of input and output alike."""
     turn_detection = dict(settings.turn_detection) if settings.turn_detection is not None else None
     transcription = (
         {"model": settings.transcription_model} if settings.transcription_model else None
@@ -66,11 +156,11 @@ def session_config(
         "instructions": instructions,
         "audio": {
             "input": {
-                "format": dict(PCM_FORMAT),
+                "format": audio.realtime_wire(),
                 "turn_detection": turn_detection,
                 "transcription": transcription,
             },
-            "output": {"format": dict(PCM_FORMAT), "voice": settings.voice},
+            "output": {"format": audio.realtime_wire(), "voice": settings.voice},
         },
         **tools_config(tools),
     }

@@ -5,10 +5,11 @@
 What is implemented (the WebSocket transport, model ``gpt-realtime`` and compatible):
 
 - Client events: ``session.update`` (instructions, flat function tools, ``tool_choice``
-  "auto", ``output_modalities`` ["audio"], 24 kHz PCM in and out, voice, server VAD or
-  none, input transcription), ``input_audio_buffer.append`` (and ``.commit`` before a
-  reply when turn detection is off), ``conversation.item.create`` (user, assistant and
-  system text messages, ``function_call_output``), ``conversation.item.truncate``,
+  "auto", ``output_modalities`` ["audio"], 24 kHz PCM or 8 kHz G.711 (μ-law, A-law) in
+  and out, voice, server VAD or none, input transcription), ``input_audio_buffer.append``
+  (and ``.commit`` before a reply when turn detection is off),
+  ``conversation.item.create`` (user, assistant and system text messages,
+  ``function_call_output``), ``conversation.item.truncate``,
   ``response.create`` (optionally with one-off instructions) and ``response.cancel``.
 - Server events: ``session.created``/``session.updated``, ``error``,
   ``input_audio_buffer.speech_started`` and ``.committed``, input transcription
@@ -106,6 +107,7 @@ class Realtime(RealtimeModel):
         voice: str = "marin",
         turn_detection: Mapping[str, Any] | None = DEFAULT_TURN_DETECTION,
         input_transcription_model: str | None = "gpt-4o-mini-transcribe",
+        audio_format: wire.AudioFormatOption = "auto",
         connect_timeout: float = 10.0,
         max_reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.5,
@@ -124,6 +126,12 @@ class Realtime(RealtimeModel):
                 server VAD off (buffered audio is committed on ``generate_reply``).
             input_transcription_model: transcribes the user's speech (``None``: off, and
                 user turns then end with empty text).
+            audio_format: the wire audio, the same for input and output. ``"pcm"``:
+                24 kHz 16-bit PCM. ``"pcmu"``/``"pcma"``: 8 kHz G.711 μ-law/A-law;
+                8 kHz microphone frames are encoded with no resampling, and agent audio
+                comes out as 8 kHz frames, so a phone line plays it as it is. ``"auto"``
+                (the default): ``"pcmu"`` when the session's microphone runs at 8 kHz
+                (``RealtimeConfig.input_sample_rate``: a phone call), else ``"pcm"``.
             connect_timeout: seconds for connecting and configuring, each (re)connect.
             max_reconnect_attempts: reconnects tried after the connection drops.
             reconnect_backoff: seconds before the first reconnect; doubles each try.
@@ -142,6 +150,9 @@ class Realtime(RealtimeModel):
         if max_reconnect_attempts < 0 or reconnect_backoff < 0:
             raise ValueError("max_reconnect_attempts and reconnect_backoff must be >= 0")
         retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        wire.check_audio_format(audio_format, "openai.Realtime")
+        if audio_format in ("pcmu", "pcma"):
+            self.sample_rate = wire.G711_RATE  # "auto" decides per session
         self._model = model
         self._settings = _Settings(
             url=realtime_url(base_url_from(base_url), model),
@@ -151,6 +162,7 @@ class Realtime(RealtimeModel):
                 turn_detection=dict(turn_detection) if turn_detection is not None else None,
                 transcription_model=input_transcription_model,
             ),
+            audio_format=audio_format,
             connect_timeout=connect_timeout,
             max_reconnect_attempts=max_reconnect_attempts,
             reconnect_backoff=reconnect_backoff,
@@ -190,6 +202,8 @@ class _Settings:
     url: str
     headers: Mapping[str, str]
     audio: wire.AudioSettings
+    audio_format: str
+    """``"pcm"``, ``"pcmu"``, ``"pcma"`` or ``"auto"`` (chosen at ``start``)."""
     connect_timeout: float
     max_reconnect_attempts: int
     reconnect_backoff: float
@@ -214,8 +228,10 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._instructions = ""
         self._tools: tuple[ToolDefinition, ...] = ()
         self._socket = Socket(settings.url, settings.headers)
+        # "auto" is decided at start(), from the microphone's rate; 24 kHz PCM until then.
+        self._format = wire.choose_audio_format(settings.audio_format, None)
         self._protocol = self._new_protocol()
-        self._mic = MicChunker()
+        self._mic = MicChunker(self._format)
         self._outbox: deque[JSONObject] = deque()
         self._early_audio: deque[JSONObject] = deque(maxlen=_EARLY_AUDIO_CHUNKS)
         self._wake = asyncio.Event()
@@ -236,6 +252,13 @@ class OpenAIRealtimeSession(RealtimeSession):
         self._config = config
         self._instructions = config.instructions
         self._tools = tuple(config.tools)
+        chosen = wire.choose_audio_format(self._s.audio_format, config.input_sample_rate)
+        if chosen != self._format:
+            # Only "auto" gets here; audio pushed before start() was in the other format.
+            self._format = chosen
+            self._mic = MicChunker(chosen)
+            self._early_audio.clear()
+            self._protocol = self._new_protocol()
         self._state = "connecting"
         self._connecting = asyncio.create_task(self._open_first(), name="openai-realtime-connect")
         try:
@@ -353,7 +376,9 @@ class OpenAIRealtimeSession(RealtimeSession):
             self._send(event)
 
     def _new_protocol(self) -> RealtimeProtocol:
-        return RealtimeProtocol(transcribes_input=self._s.audio.transcription_model is not None)
+        return RealtimeProtocol(
+            transcribes_input=self._s.audio.transcription_model is not None, audio=self._format
+        )
 
     def _emit(self, event: RealtimeEvent) -> None:
         if not self._ended:
@@ -388,7 +413,9 @@ class OpenAIRealtimeSession(RealtimeSession):
                 ws = await self._socket.connect()
                 created = await read_until(ws, "session.created", None, self._dispatch)
                 update = wire.session_update(
-                    wire.session_config(self._s.audio, self._instructions, self._tools)
+                    wire.session_config(
+                        self._s.audio, self._instructions, self._tools, self._format
+                    )
                 )
                 await ws.send_str(json.dumps(update))
                 await read_until(ws, "session.updated", update["event_id"], self._dispatch)
