@@ -47,6 +47,8 @@ SAMPLE_RATE = 24000
 FRAME_SAMPLES = 2400
 """Output audio is sent in frames of 100 ms."""
 AUDIBLE_SAMPLE = 0x1000
+AUDIO_TYPES = {"audio/pcm": SAMPLE_RATE, "audio/pcmu": 8000, "audio/pcma": 8000}
+"""The declared audio formats (§1.4) and the one rate each is served at."""
 
 
 @dataclass(slots=True)
@@ -68,6 +70,9 @@ class _Connection:
     running: dict[str | None, str] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
     answered_since_create: set[str] = field(default_factory=set)
+    audio_type: str = "audio/pcm"
+    """The session's audio format (§2.1 ``audio.format``), input and output alike."""
+    audio_rate: int = SAMPLE_RATE
 
 
 class GPTLiveServer(LoopbackServer):
@@ -108,7 +113,8 @@ class GPTLiveServer(LoopbackServer):
         self.received: list[JSONObject] = []
         """Every client event of every connection, in arrival order."""
         self.headers: list[dict[str, str]] = []
-        """The handshake headers of every connection attempt that was accepted."""
+        """The handshake headers of every connection attempt that was accepted (e.g.
+        ``OpenAI-Service-Tier``)."""
         self._connections: list[_Connection] = []
         self._changed: asyncio.Condition | None = None
 
@@ -152,6 +158,31 @@ class GPTLiveServer(LoopbackServer):
 
     def of_type(self, event_type: str) -> list[JSONObject]:
         return [event for event in self.received if event.get("type") == event_type]
+
+    @property
+    def session_starts(self) -> list[JSONObject]:
+        """The ``session`` body of every ``session.start``, in arrival order."""
+        return [event.get("session") or {} for event in self.of_type("session.start")]
+
+    def audio_format(self, connection: int | None = None) -> tuple[str, int]:
+        """The audio type and rate a session started with (the newest, or the
+        ``connection``-th, 1-based)."""
+        state = self._current() if connection is None else self._connections[connection - 1]
+        return state.audio_type, state.audio_rate
+
+    def input_audio(self, connection: int | None = None) -> bytes:
+        """The input audio appended so far, as sent (G.711 bytes for a G.711 session)."""
+        events = self.received if connection is None else self.received_on(connection)
+        return b"".join(
+            base64.b64decode(str(event.get("audio", "")))
+            for event in events
+            if event.get("type") == "session.input_audio.append"
+        )
+
+    def input_pcm(self, connection: int | None = None) -> bytes:
+        """The input audio decoded to 16-bit PCM at the session's rate (G.711 decoded)."""
+        audio_type, _ = self.audio_format(connection)
+        return _decode(audio_type, self.input_audio(connection))
 
     async def wait_for(self, event_type: str, count: int = 1, within: float = 5.0) -> JSONObject:
         """Wait (loop time) until ``count`` events of ``event_type`` arrived; return the
@@ -288,13 +319,20 @@ class GPTLiveServer(LoopbackServer):
         await self._audio(seconds, 0)
 
     async def audio(self, pcm: bytes) -> None:
-        """One output audio frame of raw 24 kHz PCM16 bytes."""
-        await self.send({"type": "session.output_audio.delta", "delta": _b64(pcm)})
+        """One output audio frame of PCM16 bytes at the session's rate (24 kHz, or 8 kHz
+        for G.711), sent in the session's format (encoded to G.711 when it is one)."""
+        audio_type = self._current().audio_type
+        await self.audio_raw(_encode(audio_type, pcm))
+
+    async def audio_raw(self, data: bytes) -> None:
+        """One output audio frame of ``data`` as it is (already in the session's format)."""
+        await self.send({"type": "session.output_audio.delta", "delta": _b64(data)})
 
     async def _audio(self, seconds: float, value: int) -> None:
-        remaining = round(seconds * SAMPLE_RATE)
+        rate = self._current().audio_rate
+        remaining = round(seconds * rate)
         while remaining > 0:
-            samples = min(FRAME_SAMPLES, remaining)
+            samples = min(rate // 10, remaining)  # 100 ms frames
             remaining -= samples
             await self.audio(value.to_bytes(2, "little", signed=True) * samples)
 
@@ -366,7 +404,11 @@ class GPTLiveServer(LoopbackServer):
         kind = event.get("type")
         event_id = event.get("event_id")
         if kind == "session.start":
-            if self.start_error is not None:
+            refusal = _format_error(connection, event.get("session"), event_id)
+            if refusal is not None:  # the service refuses the session, as for start_error
+                await connection.ws.send_json(refusal)
+                await connection.ws.close()
+            elif self.start_error is not None:
                 await connection.ws.send_json({"type": "error", "error": self.start_error})
                 await connection.ws.close()
             elif self.answer_start:
@@ -418,13 +460,67 @@ def _error(
     code: str | None = None,
     kind: str | None = None,
     client_event_id: object = None,
+    param: str | None = None,
 ) -> JSONObject:
     error: JSONObject = {"type": kind or "invalid_request_error", "message": message}
     if code is not None:
         error["code"] = code
+    if param is not None:
+        error["param"] = param
     if isinstance(client_event_id, str):
         error["client_event_id"] = client_event_id
     return {"type": "error", "error": error}
+
+
+def _format_error(connection: _Connection, session: object, event_id: object) -> JSONObject | None:
+    """Read ``session.audio.format`` into ``connection``; the ``error`` a malformed or
+    unknown format gets (the session is then refused)."""
+    audio = session.get("audio") if isinstance(session, dict) else None
+    declared = audio.get("format") if isinstance(audio, dict) else None
+    if declared is None:
+        return None  # the default: 24 kHz PCM
+    param = "session.audio.format"
+    if not isinstance(declared, dict):
+        message = f"Invalid type for '{param}': expected an object."
+        return _error(message, code="invalid_type", client_event_id=event_id, param=param)
+    audio_type = declared.get("type", "audio/pcm")
+    if audio_type not in AUDIO_TYPES:
+        supported = ", ".join(f"'{name}'" for name in AUDIO_TYPES)
+        message = f"Invalid value: {audio_type!r}. Supported values are: {supported}."
+        return _error(
+            message, code="invalid_value", client_event_id=event_id, param=param + ".type"
+        )
+    rate = declared.get("rate", AUDIO_TYPES[audio_type])
+    if rate != AUDIO_TYPES[audio_type] or isinstance(rate, bool):
+        message = (
+            f"Invalid value: {rate!r}. {audio_type} supports a rate of "
+            f"{AUDIO_TYPES[audio_type]} only."
+        )
+        return _error(
+            message, code="invalid_value", client_event_id=event_id, param=param + ".rate"
+        )
+    connection.audio_type, connection.audio_rate = audio_type, rate
+    return None
+
+
+def _encode(audio_type: str, pcm: bytes) -> bytes:
+    if audio_type == "audio/pcm":
+        return pcm
+    import numpy as np
+
+    from ..models import g711
+
+    samples = np.frombuffer(pcm, "<i2").astype(np.int16)
+    return g711.ulaw_encode(samples) if audio_type == "audio/pcmu" else g711.alaw_encode(samples)
+
+
+def _decode(audio_type: str, data: bytes) -> bytes:
+    if audio_type == "audio/pcm":
+        return data
+    from ..models import g711
+
+    pcm = g711.ulaw_decode(data) if audio_type == "audio/pcmu" else g711.alaw_decode(data)
+    return pcm.astype("<i2").tobytes()
 
 
 def _transcript(kind: str, text: str, start_ms: int | None, end_ms: int | None) -> JSONObject:

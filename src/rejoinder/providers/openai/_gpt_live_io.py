@@ -1,18 +1,19 @@
-"""GPT-Live I/O pieces: opening a session on a WebSocket, the ordered writer, and the
-microphone encoder. ``aiohttp`` and numpy are imported on first use."""
+"""GPT-Live I/O pieces: opening a session on a WebSocket, the ordered writer, the
+microphone encoder, and the output decoder of G.711 sessions (``FormatState``).
+``aiohttp`` and numpy are imported on first use."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ...models.realtime import RealtimeError
+from ...models.realtime import ProviderError, RealtimeError
 from ._gpt_live_protocol import (
-    CHUNK_SAMPLES,
     SAMPLE_RATE,
     JSONObject,
     as_dict,
@@ -23,6 +24,8 @@ from ._gpt_live_protocol import (
     logger,
     parse_server_event,
 )
+from ._gpt_live_state import ConnectionState
+from ._realtime_wire import PCM, AudioFormat
 
 if TYPE_CHECKING:
     import aiohttp
@@ -146,17 +149,21 @@ class Link:
 
 
 class InputAudio:
-    """Microphone frames at any rate and channel count → base64 chunks of 100 ms of
-    24 kHz mono PCM (§1.4)."""
+    """Microphone frames at any rate and channel count → base64 chunks of 100 ms of mono
+    audio in the session's format (§1.4): 24 kHz PCM (4800 bytes), or 8 kHz G.711 (800
+    bytes). Frames already at the format's rate are not resampled: 8 kHz phone audio is
+    encoded to G.711 sample for sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, audio: AudioFormat = PCM) -> None:
         from ...models.audio_utils import FrameRebuffer
 
-        self._rebuffer: FrameRebuffer = FrameRebuffer(CHUNK_SAMPLES)
+        self.audio = audio
+        self._rebuffer: FrameRebuffer = FrameRebuffer(audio.chunk_samples)
         self._resampler: Resampler | None = None
 
     def push(self, frame: AudioFrame) -> tuple[list[str], int]:
-        """The chunks ``frame`` completes, and how many 24 kHz samples it added."""
+        """The chunks ``frame`` completes, and how much audio it added, counted in 24 kHz
+        samples (the user-turn tracker's clock) whatever the format's rate."""
         import numpy as np
 
         from ...models.audio import AudioFrame
@@ -165,13 +172,58 @@ class InputAudio:
         if frame.num_channels > 1:
             mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
             frame = AudioFrame(mixed.astype(np.int16), frame.sample_rate)
+        rate = self.audio.rate
         if self._resampler is None or self._resampler.in_rate != frame.sample_rate:
-            self._resampler = Resampler(frame.sample_rate, SAMPLE_RATE)
+            self._resampler = Resampler(frame.sample_rate, rate)  # a no-op at the same rate
         resampled = self._resampler.push(frame)
         if resampled is None:
             return [], 0
         chunks = [
-            base64.b64encode(window.astype("<i2", copy=False).tobytes()).decode("ascii")
+            base64.b64encode(self.audio.encode(window)).decode("ascii")
             for window in self._rebuffer.push(resampled.data)
         ]
-        return chunks, resampled.samples_per_channel
+        samples = resampled.samples_per_channel
+        return chunks, samples if rate == SAMPLE_RATE else samples * SAMPLE_RATE // rate
+
+
+class FormatState(ConnectionState):
+    """A ``ConnectionState`` that reads output audio in the session's format: G.711 deltas
+    decode to 8 kHz frames (a phone line plays them with no resampling), and the burst
+    detector segments them at that rate. 24 kHz PCM is left to ``ConnectionState``.
+
+    ``audio`` is asked at each delta: an ``"auto"`` format is only known at ``start``.
+    """
+
+    def __init__(self, *args: Any, audio: Callable[[], AudioFormat], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._audio_format = audio
+        self._burst_options = (
+            kwargs["burst_threshold"],
+            kwargs["burst_end_silence"],
+            kwargs["burst_pause_after"],
+        )
+
+    def _on_output_audio(self, delta: object) -> None:
+        audio = self._audio_format()
+        if not audio.g711:
+            super()._on_output_audio(delta)
+            return
+        from ...models.bursts import BurstDetector
+
+        if self._bursts.sample_rate != audio.rate:  # before the first delta
+            threshold, end_silence, pause_after = self._burst_options
+            self._bursts = BurstDetector(
+                sample_rate=audio.rate,
+                threshold=threshold,
+                end_silence=end_silence,
+                pause_after=pause_after,
+            )
+        try:
+            if not isinstance(delta, str):
+                raise ValueError("the delta is not a string")
+            frame = audio.decode(base64.b64decode(delta, validate=True))
+        except (binascii.Error, ValueError) as exc:
+            self._emit(ProviderError(RealtimeError(f"GPT-Live sent unreadable audio: {exc}")))
+            return
+        for event in self._bursts.push(frame):
+            self._emit(event)
