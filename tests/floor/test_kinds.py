@@ -46,6 +46,7 @@ HANDOFF = ObligationKind.HANDOFF
 CONTINUATION = ObligationKind.PROVIDER_CONTINUATION
 BACKEND = ObligationKind.BACKEND_RESPONSE
 ANSWER = ObligationKind.ANSWER
+DELEGATION = ObligationKind.CLIENT_DELEGATION
 
 Agent = AgentStateChanged
 User = UserStateChanged
@@ -357,6 +358,18 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(2.5, audible("R"), [Agent("thinking", "speaking", 2.5)], "speaking"),
         Step(4.0, close("R"), [Agent("speaking", "listening", 4.0), Arm(4.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
+    "client_delegation: our answer takes longer than the away timeout, is sent, then voiced": [
+        Step(1.0, open_("D", DELEGATION), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DELEGATION, 1.0))], "thinking"),
+        Step(30.0, AWAY_TIMER_FIRED, [], "thinking"),
+        Step(40.0, hand_over("D", "A", ANSWER), [Watchdog(due(ANSWER, 40.0))], "thinking"),
+        Step(41.0, hand_over("A", "R", REPLY), [Watchdog(due(REPLY, 41.0))], "thinking"),
+        Step(41.0, audible("R"), [Agent("thinking", "speaking", 41.0)], "speaking"),
+        Step(43.0, close("R"), [Agent("speaking", "listening", 43.0), Arm(43.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
+    "client_delegation: the answer fails": [
+        Step(1.0, open_("D", DELEGATION), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DELEGATION, 1.0))], "thinking"),
+        Step(5.0, close("D", "failed"), [Agent("thinking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
 }
 # fmt: on
 
@@ -399,7 +412,7 @@ def test_expired_answer_outcome() -> None:
 
 # ------------------------------------------------------------------- per-kind defaults
 
-COMMITTED_KINDS = [REPLY, TOOL, DEFERRED, HANDOFF, CONTINUATION, BACKEND, ANSWER]
+COMMITTED_KINDS = [REPLY, TOOL, DEFERRED, HANDOFF, CONTINUATION, BACKEND, ANSWER, DELEGATION]
 UNCOMMITTED_KINDS = [PREEMPTIVE, HOLD]
 
 

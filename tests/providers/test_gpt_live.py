@@ -212,8 +212,8 @@ def test_openai_sends_a_bearer_key_and_azure_an_api_key_header() -> None:
 
 
 def test_options_are_checked_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="delegation='responses' only"):
-        GPTLive(api_key="k", delegation="client")
+    with pytest.raises(ValueError, match="delegation must be 'responses' or 'client'"):
+        GPTLive(api_key="k", delegation="backend")  # type: ignore[arg-type]
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         GPTLive()

@@ -26,6 +26,7 @@ class ObligationKind(StrEnum):
     PROVIDER_CONTINUATION = "provider_continuation"
     BACKEND_RESPONSE = "backend_response"
     ANSWER = "answer"
+    CLIENT_DELEGATION = "client_delegation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,5 +84,11 @@ KINDS: dict[ObligationKind, KindSpec] = {
         committed=True,
         watchdog=10.0,
         closed_by="the next audible agent speech started (hand-over), or the bounded wait ran out",
+    ),
+    ObligationKind.CLIENT_DELEGATION: KindSpec(
+        committed=True,
+        watchdog=120.0,
+        closed_by="the application's answer was sent (hand-over to answer), or it failed, "
+        "was cancelled or its session ended",
     ),
 }

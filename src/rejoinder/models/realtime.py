@@ -93,6 +93,15 @@ class BackendResponseEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class DelegationRequested:
+    """The voice model handed work to the *application* (GPT-Live ``delegation="client"``):
+    an answer is owed through ``answer_delegation`` with this id. The task is whatever
+    the conversation says; no event on the wire closes it."""
+
+    delegation_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ContinuationFailed:
     """A continuation the provider was asked for will not run (rejected, or an error that
     ends the pending work). Outputs already submitted for it led nowhere."""
@@ -181,6 +190,7 @@ class Reconnected:
 
 RealtimeEvent: TypeAlias = (
     BackendResponseStarted
+    | DelegationRequested
     | ToolCallRequested
     | BackendResponseEnded
     | ContinuationFailed
@@ -212,6 +222,10 @@ class RealtimeConfig:
     tools: Sequence[ToolDefinition] = ()
     history: Callable[[], ChatContext] = field(default=ChatContext)
     """The conversation so far; read at start and again on every reconnect."""
+    input_sample_rate: int | None = None
+    """The rate of the audio the session will push (the microphone's), if known. A
+    provider may pick its wire format from it: 8 kHz (a phone call) makes an
+    ``audio_format="auto"`` OpenAI model use G.711, with no resampling either way."""
 
 
 class RealtimeSession(ABC):
@@ -258,6 +272,12 @@ class RealtimeSession(ABC):
     @abstractmethod
     def send_user_text(self, text: str) -> None:
         """A typed user message; the model answers it."""
+
+    def answer_delegation(self, delegation_id: str | None, text: str) -> None:
+        """Give the voice model the application's answer to a ``DelegationRequested``, to
+        say in its own words. ``delegation_id`` ``None``: the delegation belonged to a
+        lost connection, so the answer goes as plain speakable context."""
+        raise RealtimeError(f"{type(self).__name__} has no client delegation")
 
     def audio_interrupted(self, heard_seconds: float) -> None:  # noqa: B027 - optional
         """Playback of the current agent audio was cut after ``heard_seconds`` (barge-in).

@@ -9,6 +9,7 @@ from ..models import LLM, ChatContext, ChatMessage
 from .tools import FunctionTool, find_tools
 
 if TYPE_CHECKING:
+    from .client_delegation import ClientDelegation
     from .session import AgentSession
 
 
@@ -64,6 +65,13 @@ class Agent:
 
     async def on_exit(self) -> None:
         """Called before the agent stops being current."""
+
+    async def on_delegation(self, delegation: ClientDelegation) -> str | None:
+        """A duplex voice model delegated work to the application (GPT-Live
+        ``delegation="client"``): return the answer for it to say (``None`` or ``""``:
+        nothing to say). By default the agent's own ``llm`` and tools answer, on the
+        conversation so far. Raising reports an ``error`` and tells the model it failed."""
+        return await delegation.answer_with_llm()
 
     async def on_user_turn_completed(self, turn_ctx: ChatContext, new_message: ChatMessage) -> None:
         """Called before replying to a user turn; raise ``StopResponse`` to stay silent.

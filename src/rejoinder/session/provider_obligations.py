@@ -182,6 +182,11 @@ class ProviderObligations:
         self._owe_answer(None, label=label)
         self._answer_requested = True
 
+    def answer_sent(self, predecessor: Obligation, *, label: str) -> None:
+        """The application sent the provider an answer to voice (a client delegation's):
+        ``predecessor`` hands over to the ``answer`` owed until agent audio starts."""
+        self._owe_answer(predecessor, label=label)
+
     def audio_starting(self, reply: Obligation) -> None:
         """A stretch of agent audio begins; ``reply`` (not open yet) covers it."""
         self._bursts += 1

@@ -30,6 +30,7 @@ from ..models.realtime import (
     BackendResponseStarted,
     ConnectionLost,
     ContinuationFailed,
+    DelegationRequested,
     ProviderError,
     RealtimeConfig,
     RealtimeEvent,
@@ -42,6 +43,7 @@ from ..models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from .client_delegation import ClientDelegations
 from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
 from .metrics_emit import RealtimeMeter
 from .provider_obligations import ProviderObligations
@@ -93,6 +95,13 @@ class RealtimeDriver:
         self._user_speaking = False
         self._connection = 0
         """Bumped on every lost connection (a reconnect or a fallback is a new one)."""
+        self.delegations = ClientDelegations(
+            ctx,
+            self._rt,
+            self.obligations,
+            agent=lambda: self._activity().agent,
+            connection=lambda: self._connection,
+        )
 
     @property
     def provider_session(self) -> RealtimeSession:
@@ -103,10 +112,13 @@ class RealtimeDriver:
     async def start(self, agent: Agent, microphone: AudioInput | None) -> None:
         """Connect (raises ``RealtimeError`` if the provider refuses), then run."""
         ctx = self._ctx
+        # AudioInput does not declare a rate; the concrete inputs (and wrappers) carry one.
+        rate = getattr(microphone, "sample_rate", None)
         config = RealtimeConfig(
             instructions=agent.instructions,
             tools=self._definitions(agent),
             history=lambda: ctx.history,
+            input_sample_rate=rate if isinstance(rate, int) and rate > 0 else None,
         )
         await self._rt.start(config)
         self._record_of = RealtimeRecord(ctx, lambda: self._activity().agent)
@@ -125,6 +137,7 @@ class RealtimeDriver:
         if self._playout is not None:
             self._playout.stop()  # what was heard is recorded before the connection goes
         await self._rt.aclose()
+        self.delegations.close_all()
         self.obligations.close_all()
         self._settle_handles(force=True)
 
@@ -193,7 +206,7 @@ class RealtimeDriver:
                 ObligationKind.REPLY,
                 SESSION_OWNER,
                 label="realtime audio",
-                committed=None if self.obligations.open_count() or not playout.idle else False,
+                committed=None if self._owed() or not playout.idle else False,
             )
             self.obligations.audio_starting(reply)
             self._meter.audio_started()
@@ -212,6 +225,8 @@ class RealtimeDriver:
             self._meter.response_started(event.response_id)
         elif isinstance(event, ToolCallRequested):
             self._tool_called(event)
+        elif isinstance(event, DelegationRequested):
+            self.delegations.requested(event.delegation_id)
         elif isinstance(event, BackendResponseEnded):
             self.obligations.response_ended(event, audio_playing=playout.audible)
             self._meter.response_ended(event)
@@ -229,12 +244,13 @@ class RealtimeDriver:
             self._ctx.emit_error(event.error, source="realtime", recoverable=not event.error.fatal)
         elif isinstance(event, ConnectionLost):
             logger.warning("realtime connection lost: %s", event.reason)
-            self._connection_lost()
+            self._connection_lost(reconnecting=event.reconnecting)
         elif isinstance(event, Reconnected):
             logger.info("realtime connection re-established (%s)", event.session_id)
 
-    def _connection_lost(self) -> None:
+    def _connection_lost(self, *, reconnecting: bool = False) -> None:
         self._connection += 1
+        self.delegations.connection_lost(reconnecting=reconnecting)
         if self._playout is not None:
             self._playout.end()  # what arrived still plays: the user hears it
         self.obligations.connection_lost()
@@ -308,9 +324,7 @@ class RealtimeDriver:
         if not self._handles:
             return
         playout = self._playout
-        if not force and (
-            self.obligations.open_count() or (playout is not None and not playout.idle)
-        ):
+        if not force and (self._owed() or (playout is not None and not playout.idle)):
             return
         handles, self._handles = self._handles, []
         for handle in handles:
@@ -388,6 +402,10 @@ class RealtimeDriver:
             self.generate_reply(f"Tell the user the result of {call.name}.", None)
 
     # ----------------------------------------------------------------- helpers
+
+    def _owed(self) -> int:
+        """Work the provider (or we, for it) still owes the user."""
+        return self.obligations.open_count() + self.delegations.open_count()
 
     def _record(self, item: ChatMessage | FunctionCall | FunctionCallOutput) -> None:
         self._activity().agent.chat_ctx.append(item)

@@ -17,6 +17,7 @@ from ...models import AgentHandoff, ChatContext, ChatMessage, FunctionCall, Func
 from ...models.tools import ToolDefinition
 from .._retry import RetryPolicy
 from . import _json
+from ._realtime_wire import PCM, AudioFormat
 
 logger = logging.getLogger("rejoinder.providers.openai.gpt_live")
 
@@ -25,6 +26,9 @@ JSONObject: TypeAlias = dict[str, Any]
 SAMPLE_RATE = 24000
 CHUNK_SAMPLES = 2400
 """100 ms of input audio per ``session.input_audio.append`` (§1.4)."""
+SERVICE_TIERS = ("auto", "default", "flex", "priority", "ultrafast")
+"""The ``OpenAI-Service-Tier`` values (§1.2), also those of the backend's
+``service_tier`` (§2.1)."""
 MAX_HISTORY_ITEMS = 128
 MAX_HISTORY_CHARS = 24000
 """§2.1 caps startup history at 8192 tokens; ~3 characters a token keeps us under it."""
@@ -70,11 +74,29 @@ def live_endpoint(base_url: str) -> Endpoint:
     return Endpoint(urlunsplit((scheme, parts.netloc, path, "", "")), azure)
 
 
-def handshake_headers(api_key: str, *, azure: bool) -> dict[str, str]:
+def handshake_headers(
+    api_key: str, *, azure: bool, service_tier: str | None = None
+) -> dict[str, str]:
+    """§1.2; ``service_tier`` is the voice session's tier (``None``: the account's)."""
     # Azure answers a bearer API key with a redirect to ?api-key=, which WebSocket
     # clients do not follow (§1.2), so it gets its own header.
     auth = {"api-key": api_key} if azure else {"Authorization": f"Bearer {api_key}"}
-    return {**auth, "User-Agent": "rejoinder/0.1"}
+    headers = {**auth, "User-Agent": "rejoinder/0.1"}
+    if service_tier is not None:
+        headers["OpenAI-Service-Tier"] = service_tier
+    return headers
+
+
+def check_service_tier(value: str | None, name: str) -> str | None:
+    """``value`` if it is ``None`` or one of ``SERVICE_TIERS``; else a ``ValueError``."""
+    if value is not None and value not in SERVICE_TIERS:
+        choices = ", ".join(repr(tier) for tier in SERVICE_TIERS)
+        raise ValueError(f"GPTLive: {name} must be None or one of {choices}, got {value!r}")
+    return value
+
+
+Delegation = Literal["responses", "client"]
+"""Where the voice model delegates work (§2.1 ``delegation.type``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +118,11 @@ class Options:
     burst_pause_after: float
     retry: RetryPolicy
     """Retries of the first connection (``start``); reconnects use the two fields above."""
+    delegation: Delegation = "responses"
+    audio_format: str = "auto"
+    """``pcm``, ``pcmu``, ``pcma``, or ``auto`` (chosen from the microphone's rate)."""
+    service_tier: str | None = None
+    """The voice session's tier: the ``OpenAI-Service-Tier`` header (§1.2)."""
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -227,7 +254,12 @@ def session_start(
     voice: str | Mapping[str, str],
     backend: BackendSettings,
     tools: Sequence[ToolDefinition],
+    audio: AudioFormat = PCM,
+    delegation: Delegation = "responses",
 ) -> JSONObject:
+    """``audio``: the one format of input and output (§1.4): 24 kHz PCM, or G.711 at
+    8 kHz (``{"type": "audio/pcmu", "rate": 8000}``, or ``audio/pcma``). ``delegation``
+    ``"client"``: work goes to the application, so no backend settings (§4.2)."""
     session: JSONObject = {"model": model}
     if instructions:
         session["instructions"] = instructions
@@ -235,10 +267,13 @@ def session_start(
     if items:
         session["input"] = items
     session["audio"] = {
-        "format": {"type": "audio/pcm", "rate": SAMPLE_RATE},
+        "format": {"type": audio.mime, "rate": audio.rate},
         "output": {"voice": voice if isinstance(voice, str) else dict(voice)},
     }
-    session["delegation"] = {"type": "responses", "responses": backend.to_wire(tools)}
+    if delegation == "client":
+        session["delegation"] = {"type": "client"}
+    else:
+        session["delegation"] = {"type": "responses", "responses": backend.to_wire(tools)}
     return {"type": "session.start", "event_id": event_id, "session": session}
 
 

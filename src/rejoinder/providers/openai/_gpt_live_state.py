@@ -21,6 +21,7 @@ from ...models.realtime import (
     BackendResponseEnded,
     BackendResponseStarted,
     ContinuationFailed,
+    DelegationRequested,
     ProviderError,
     RealtimeError,
     RealtimeEvent,
@@ -109,6 +110,8 @@ class ConnectionState:
         elif kind == "response.event":
             delegation_id = as_str(event.get("delegation_id"))
             self.backend.on_response_event(delegation_id, as_dict(event.get("event")))
+        elif kind == "session.delegation.created":
+            self._on_delegation(as_dict(event.get("delegation")))
         elif kind == "error":
             return self._on_error(as_dict(event.get("error")))
         elif kind in ("session.usage.updated", "session.closed"):
@@ -118,9 +121,20 @@ class ConnectionState:
             if kind == "session.closed":
                 return as_str(event.get("reason")) or "no reason given"
         else:
-            # Acknowledgements, delegation metadata, and event types we do not know (§1.3).
+            # Acknowledgements and event types we do not know (§1.3).
             logger.debug("GPT-Live: ignored %r", kind)
         return None
+
+    def _on_delegation(self, delegation: JSONObject) -> None:
+        """§3.1: metadata only. A ``responses`` delegation is followed on the backend
+        stream; a ``client`` one is the application's to answer (§5.1)."""
+        delegation_id = as_str(delegation.get("id"))
+        if delegation.get("target") != "client":
+            return
+        if not delegation_id:
+            self._emit(ProviderError(RealtimeError("GPT-Live: a client delegation without an id")))
+            return
+        self._emit(DelegationRequested(delegation_id))
 
     def end(self) -> None:
         """The connection is gone. An open burst and an open user turn end here: what was

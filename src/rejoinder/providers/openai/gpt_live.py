@@ -36,7 +36,7 @@ from ...models.realtime import (
 from .._retry import RetryPolicy, with_retries
 from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
 from ._auth import base_url_from, require_api_key
-from ._gpt_live_io import InputAudio, Link, close_ws, open_session
+from ._gpt_live_io import FormatState, InputAudio, Link, close_ws, open_session
 from ._gpt_live_protocol import (
     ANSWER_TYPED,
     MAX_APPEND_CHARS,
@@ -44,9 +44,11 @@ from ._gpt_live_protocol import (
     SAMPLE_RATE,
     SPEAK_NOW,
     BackendSettings,
+    Delegation,
     JSONObject,
     Options,
     append_event,
+    check_service_tier,
     handshake_headers,
     live_endpoint,
     logger,
@@ -54,6 +56,13 @@ from ._gpt_live_protocol import (
     tools_update,
 )
 from ._gpt_live_state import ConnectionState
+from ._realtime_wire import (
+    G711_RATE,
+    AudioFormat,
+    AudioFormatOption,
+    check_audio_format,
+    choose_audio_format,
+)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -68,9 +77,20 @@ _Phase = Literal["new", "connecting", "live", "reconnecting", "closed"]
 class GPTLive(RealtimeModel):
     """The GPT-Live voice model with backend (Responses) delegation.
 
-    ``backend_*``, ``tool_choice``, ``parallel_tool_calls``, ``reasoning``, ``text``,
-    ``service_tier`` and ``max_output_tokens`` configure the backend model that runs the
-    tools (``delegation.responses``); ``None`` leaves a setting to the service. On Azure,
+    ``backend_*``, ``tool_choice``, ``parallel_tool_calls``, ``reasoning``, ``text`` and
+    ``max_output_tokens`` configure the backend model that runs the tools
+    (``delegation.responses``); ``None`` leaves a setting to the service.
+    ``service_tier`` is the voice session's processing tier (the ``OpenAI-Service-Tier``
+    handshake header), ``backend_service_tier`` the backend's (its ``service_tier``; it
+    defaults to ``service_tier``): ``"auto"``, ``"default"``, ``"flex"``, ``"priority"``
+    or ``"ultrafast"``, ``None`` for the account default.
+
+    ``audio_format`` is the wire audio, the same for input and output: ``"pcm"`` (24 kHz
+    PCM16) or ``"pcmu"``/``"pcma"`` (8 kHz G.711 μ-law/A-law: 8 kHz microphone frames
+    are encoded with no resampling, and agent audio comes out as 8 kHz frames, which a
+    phone line plays as they are). ``"auto"``, the default, picks ``"pcmu"`` when the
+    session's microphone runs at 8 kHz (``RealtimeConfig.input_sample_rate``: a phone
+    call), else ``"pcm"``. On Azure,
     ``base_url`` is the resource endpoint and ``backend_model`` is required in practice.
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then ``https://api.openai.com/v1``.
 
@@ -89,7 +109,7 @@ class GPTLive(RealtimeModel):
         self,
         *,
         model: str = "gpt-live-1",
-        delegation: str = "responses",
+        delegation: Delegation = "responses",
         api_key: str | None = None,
         base_url: str | None = None,
         voice: str | Mapping[str, str] = "marin",
@@ -100,7 +120,9 @@ class GPTLive(RealtimeModel):
         reasoning: Mapping[str, Any] | None = None,
         text: Mapping[str, Any] | None = None,
         service_tier: str | None = None,
+        backend_service_tier: str | None = None,
         max_output_tokens: int | None = None,
+        audio_format: AudioFormatOption = "auto",
         connect_timeout: float = 10.0,
         close_timeout: float = 5.0,
         max_reconnect_attempts: int = 3,
@@ -115,12 +137,14 @@ class GPTLive(RealtimeModel):
     ) -> None:
         if not 0 < burst_pause_after <= burst_end_silence:
             raise ValueError("burst_pause_after must be > 0 and at most burst_end_silence")
-        if delegation != "responses":
-            raise ValueError(
-                f"GPTLive supports delegation='responses' only, got {delegation!r}: client "
-                "delegation has no tool channel for the session to drive"
-            )
+        if delegation not in ("responses", "client"):
+            raise ValueError(f"delegation must be 'responses' or 'client', got {delegation!r}")
         retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        check_service_tier(service_tier, "service_tier")
+        check_service_tier(backend_service_tier, "backend_service_tier")
+        check_audio_format(audio_format, "GPTLive")
+        if audio_format in ("pcmu", "pcma"):
+            self.sample_rate = G711_RATE  # "auto" decides per session
         key = require_api_key(api_key, "GPTLive")
         self._options = Options(
             model=model,
@@ -134,7 +158,9 @@ class GPTLive(RealtimeModel):
                 parallel_tool_calls=parallel_tool_calls,
                 reasoning=reasoning,
                 text=text,
-                service_tier=service_tier,
+                service_tier=(
+                    backend_service_tier if backend_service_tier is not None else service_tier
+                ),
                 max_output_tokens=max_output_tokens,
             ),
             connect_timeout=connect_timeout,
@@ -146,6 +172,9 @@ class GPTLive(RealtimeModel):
             burst_end_silence=burst_end_silence,
             burst_pause_after=burst_pause_after,
             retry=retry,
+            audio_format=audio_format,
+            service_tier=service_tier,
+            delegation=delegation,
         )
 
     @property
@@ -164,7 +193,10 @@ class GPTLive(RealtimeModel):
     @property
     def headers(self) -> dict[str, str]:
         """The handshake headers (they carry the API key: do not log them)."""
-        return handshake_headers(self._options.api_key, azure=self._options.endpoint.azure)
+        options = self._options
+        return handshake_headers(
+            options.api_key, azure=options.endpoint.azure, service_tier=options.service_tier
+        )
 
     def session(self) -> GPTLiveSession:
         return GPTLiveSession(self._options)
@@ -269,8 +301,9 @@ class GPTLiveSession(RealtimeSession):
     def push_audio(self, frame: AudioFrame) -> None:
         if self._phase == "closed":
             return
-        if self._input is None:
-            self._input = InputAudio()
+        audio = self._audio_format()
+        if self._input is None or self._input.audio != audio:
+            self._input = InputAudio(audio)
         chunks, samples = self._input.push(frame)
         for chunk in chunks:
             if self._phase == "reconnecting":
@@ -303,12 +336,24 @@ class GPTLiveSession(RealtimeSession):
 
     def update_tools(self, tools: Sequence[ToolDefinition]) -> None:
         self._tools = tuple(tools)
-        if self._phase in ("connecting", "live"):
+        # With client delegation the tools are the application's (its own LLM runs
+        # them); the service has no tool channel to update (§4.2).
+        if self._o.delegation == "responses" and self._phase in ("connecting", "live"):
             self._send(tools_update(self._next_id("update"), self._tools))
 
     def generate_reply(self, instructions: str | None = None) -> None:
         content = SPEAK_NOW if not instructions else f"{SPEAK_NOW} {instructions}"
         self._request_reply(append_event("commentary", content, self._next_id("reply")))
+
+    def answer_delegation(self, delegation_id: str | None, text: str) -> None:
+        if self._o.delegation != "client":
+            raise RealtimeError("answer_delegation needs GPTLive(delegation='client')")
+        if delegation_id is None:  # the delegation died with its connection (§4.8)
+            text = f"{SPEAK_NOW} You looked this up for the caller: {text}"
+        # Appends beyond the first continue the same work (§2.5); each is clipped.
+        for start in range(0, len(text), MAX_APPEND_CHARS):
+            part = text[start : start + MAX_APPEND_CHARS]
+            self._send(append_event("commentary", part, self._next_id("deleg"), delegation_id))
 
     def send_user_text(self, text: str) -> None:
         told = append_event("thinking", f"user: {text}", self._next_id("ctx"))
@@ -387,11 +432,15 @@ class GPTLiveSession(RealtimeSession):
             voice=self._o.voice,
             backend=self._o.backend,
             tools=self._tools,
+            audio=self._audio_format(),
+            delegation=self._o.delegation,
         )
         return await open_session(
             self._http,
             self._o.endpoint.url,
-            handshake_headers(self._o.api_key, azure=self._o.endpoint.azure),
+            handshake_headers(
+                self._o.api_key, azure=self._o.endpoint.azure, service_tier=self._o.service_tier
+            ),
             start,
             connect_timeout=self._o.connect_timeout,
             close_grace=self._o.close_timeout,
@@ -450,8 +499,14 @@ class GPTLiveSession(RealtimeSession):
                 if outcome is not None:
                     return outcome
 
+    def _audio_format(self) -> AudioFormat:
+        """The wire audio format: as configured, or for ``"auto"`` chosen from the
+        microphone's rate (known from ``start``; 24 kHz PCM before it)."""
+        rate = self._config.input_sample_rate if self._config is not None else None
+        return choose_audio_format(self._o.audio_format, rate)
+
     def _new_state(self) -> ConnectionState:
-        return ConnectionState(
+        return FormatState(
             self._emit,
             self._send,
             self._next_id,
@@ -459,6 +514,7 @@ class GPTLiveSession(RealtimeSession):
             burst_threshold=self._o.burst_threshold,
             burst_end_silence=self._o.burst_end_silence,
             burst_pause_after=self._o.burst_pause_after,
+            audio=self._audio_format,
         )
 
     def _lose_connection(self) -> None:
