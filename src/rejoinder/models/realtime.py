@@ -273,6 +273,11 @@ class RealtimeSession(ABC):
     def send_user_text(self, text: str) -> None:
         """A typed user message; the model answers it."""
 
+    def set_input_muted(self, muted: bool) -> None:  # noqa: B027 - optional
+        """The session muted (or unmuted) the microphone; it sends silence meanwhile.
+        A provider with a mute control of its own applies it (and again after a
+        reconnect)."""
+
     def answer_delegation(self, delegation_id: str | None, text: str) -> None:
         """Give the voice model the application's answer to a ``DelegationRequested``, to
         say in its own words. ``delegation_id`` ``None``: the delegation belonged to a

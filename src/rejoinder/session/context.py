@@ -85,6 +85,8 @@ class SessionContext:
         self._closing = False
         self.meter: Any = None
         """The session's metrics meter (``metrics_emit.meter_for`` makes it on first use)."""
+        self.input_muted = False
+        """``session.mute_input()``: the microphone is heard as silence."""
 
     # ------------------------------------------------------------- models
 

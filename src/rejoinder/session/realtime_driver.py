@@ -46,6 +46,7 @@ from ..models.realtime import (
 from .client_delegation import ClientDelegations
 from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
 from .metrics_emit import RealtimeMeter
+from .mute import silence_like
 from .provider_obligations import ProviderObligations
 from .realtime_playout import Burst, RealtimePlayout
 from .realtime_record import RealtimeRecord
@@ -421,9 +422,14 @@ class RealtimeDriver:
             raise RuntimeError("the session has no agent")
         return activity
 
+    def input_muted(self, muted: bool) -> None:
+        self._rt.set_input_muted(muted)
+
     async def _pump_microphone(self, mic: AudioInput) -> None:
         async for frame in mic:
-            self._rt.push_audio(frame)
+            # Muted: the provider hears silence from us too (a model without a mute event
+            # is muted all the same, and the user's audio stays here).
+            self._rt.push_audio(silence_like(frame) if self._ctx.input_muted else frame)
 
 
 def _cut(text: str, fraction: float) -> str:

@@ -295,6 +295,29 @@ class AgentSession(Generic[Userdata]):
         )
         ctx.spawn(self._user_turns.run(self.input.audio))
 
+    @property
+    def input_muted(self) -> bool:
+        return self._ctx is not None and self._ctx.input_muted
+
+    def mute_input(self, muted: bool = True) -> None:
+        """Hear the microphone as silence (``False``: hear it again). The agent goes on
+        speaking and working; the user cannot interrupt or start a turn. A realtime model
+        is told too (GPT-Live: ``session.input_audio.mute``, sent again after every
+        reconnect, since a new connection starts unmuted); what it is sent is silence
+        either way, so muted audio never leaves the process."""
+        ctx = self._ctx
+        if ctx is None:
+            raise RuntimeError("mute_input() needs a started session")
+        if ctx.input_muted == muted:
+            return
+        ctx.input_muted = muted
+        ctx.state.note("input", muted=muted)
+        if self._realtime is not None:
+            self._realtime.input_muted(muted)
+
+    def unmute_input(self) -> None:
+        self.mute_input(False)
+
     def commit_user_turn(self) -> None:
         """End the user's turn now (manual turn control)."""
         if self._user_turns is not None:

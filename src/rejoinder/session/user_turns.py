@@ -39,6 +39,7 @@ from ..models.stt import STT, StreamingSTT
 from ..models.turn_detector import TurnDetector
 from .events import UserInputTranscribedEvent
 from .metrics_emit import meter_for
+from .mute import silence_like
 from .turn_verdict import TurnVerdicts
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ class UserTurns:
             self._cancel_timers()
 
     def push(self, frame: AudioFrame) -> None:
+        if self._ctx.input_muted:
+            frame = silence_like(frame)
         events = self._vad.push(frame)
         if self._vad.speaking or events:
             self._utterance.append(frame)

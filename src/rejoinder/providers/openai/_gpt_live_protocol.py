@@ -191,6 +191,12 @@ def append_event(
     }
 
 
+def mute_event(muted: bool, event_id: str) -> JSONObject:
+    """§2.4: the service hears silence in place of the microphone while muted."""
+    kind = "mute" if muted else "unmute"
+    return {"type": f"session.input_audio.{kind}", "event_id": event_id}
+
+
 def tool_specs(tools: Iterable[ToolDefinition]) -> list[JSONObject]:
     """Responses-API tools in flat function form (§2.1)."""
     return [

@@ -52,6 +52,7 @@ from ._gpt_live_protocol import (
     handshake_headers,
     live_endpoint,
     logger,
+    mute_event,
     session_start,
     tools_update,
 )
@@ -229,6 +230,7 @@ class GPTLiveSession(RealtimeSession):
         self._events: asyncio.Queue[RealtimeEvent | None] = asyncio.Queue()
         self._events_ended = False
         self._pending: list[JSONObject] = []
+        self._muted = False
         """Client events waiting for ``session.started`` (§4.1)."""
         self._ids = itertools.count(1)
         self._config: RealtimeConfig | None = None
@@ -345,6 +347,13 @@ class GPTLiveSession(RealtimeSession):
         content = SPEAK_NOW if not instructions else f"{SPEAK_NOW} {instructions}"
         self._request_reply(append_event("commentary", content, self._next_id("reply")))
 
+    def set_input_muted(self, muted: bool) -> None:
+        if muted == self._muted:
+            return
+        self._muted = muted
+        if self._phase == "live":
+            self._send(mute_event(muted, self._next_id("mute")))
+
     def answer_delegation(self, delegation_id: str | None, text: str) -> None:
         if self._o.delegation != "client":
             raise RealtimeError("answer_delegation needs GPTLive(delegation='client')")
@@ -451,6 +460,10 @@ class GPTLiveSession(RealtimeSession):
         self._session_id = session_id
         self._phase = "live"
         pending, self._pending = self._pending, []
+        if self._muted:
+            # A new connection starts unmuted (§2.4): re-applied state goes first (§4.1).
+            # A mute toggled while connecting is queued too; the last one decides.
+            self._link.send(mute_event(True, self._next_id("mute")))
         for event in pending:
             self._link.send(event)
 
