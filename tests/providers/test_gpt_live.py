@@ -827,12 +827,14 @@ async def test_a_session_closed_by_the_service_reconnects(
     server: GPTLiveServer, connect: Connect
 ) -> None:
     session, recorder = await connect()
+    await server.response_created("dlg_1", "resp_1")  # busy: what ran is lost
     await server.usage(3.5)
     await server.session_closed("expired", seconds=4.0)
     lost = await recorder.wait_for(ConnectionLost)
     assert lost.reconnecting
     assert "expired" in lost.reason
     await recorder.wait_for(Reconnected)
+    assert session.recycles == 0
     await server.usage(1.0)
     await advance(0.5)
     assert session.usage_seconds == 5.0

@@ -119,6 +119,8 @@ class Options:
     retry: RetryPolicy
     """Retries of the first connection (``start``); reconnects use the two fields above."""
     delegation: Delegation = "responses"
+    recycle_after: float | None = None
+    """Replace the connection at the first quiet moment after this many seconds."""
     audio_format: str = "auto"
     """``pcm``, ``pcmu``, ``pcma``, or ``auto`` (chosen from the microphone's rate)."""
     service_tier: str | None = None

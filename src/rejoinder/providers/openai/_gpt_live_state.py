@@ -90,6 +90,12 @@ class ConnectionState:
         self._replies: deque[tuple[str, ...]] = deque(maxlen=_MAX_REPLY_REQUESTS)
         """The event ids of each reply request (``generate_reply``, ``send_user_text``)."""
 
+    @property
+    def quiet(self) -> bool:
+        """A moment a connection can be replaced without anyone noticing: the agent is
+        not speaking, the user is not in a turn, and the backend owes nothing."""
+        return not self._bursts.in_burst and not self.turns.active and self.backend.idle
+
     def reply_requested(self, *event_ids: str) -> None:
         """A reply request went out as these events: an error naming one refuses it."""
         self._replies.append(event_ids)
@@ -238,6 +244,16 @@ class BackendTracker:
     def busy(self) -> bool:
         """Backend work is running or a continuation is pending."""
         return bool(self._running) or bool(self._creates)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is owed either way: no response runs, no continuation is pending, no
+        call waits for its output, no output waits for its ``response.create``."""
+        return (
+            not self.busy
+            and not self._awaiting_create
+            and not any(call.state == "open" for call in self._calls.values())
+        )
 
     # -- server side --------------------------------------------------------------------
 

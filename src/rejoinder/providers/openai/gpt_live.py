@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ...models import FunctionCallOutput, ToolDefinition
 from ...models.realtime import (
     ConnectionLost,
+    DelegationRequested,
     ProviderError,
     RealtimeConfig,
     RealtimeError,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = ["GPTLive", "GPTLiveSession"]
 
 _Phase = Literal["new", "connecting", "live", "reconnecting", "closed"]
+_QUIET_POLL = 0.2  # how often a due recycle looks for a quiet moment, in seconds
 
 
 class GPTLive(RealtimeModel):
@@ -101,6 +103,14 @@ class GPTLive(RealtimeModel):
     jitter; a ``Retry-After`` of up to 30 s is honoured instead. 401/403/404, a timeout, or
     a refused session fail at once. The session counts them in ``connect_retries``. A lost
     connection is reconnected by ``max_reconnect_attempts`` and ``reconnect_backoff``.
+
+    ``recycle_after`` (seconds, off by default) replaces the connection before the
+    service's maximum session length: at the first quiet moment after it (the agent not
+    speaking, the user not in a turn, nothing owed by the backend or by us for a client
+    delegation) the session is closed with ``session.close`` and a new one opened with
+    the history re-seeded and the mute re-applied; the user's audio in between is held
+    for the new connection, and no ``ConnectionLost`` is reported (nothing was lost). An
+    ``expired`` close from the service at a quiet moment is handled the same way.
     """
 
     duplex = True
@@ -128,6 +138,7 @@ class GPTLive(RealtimeModel):
         close_timeout: float = 5.0,
         max_reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.5,
+        recycle_after: float | None = None,
         user_turn_silence: float = 0.8,
         burst_threshold: float = 0.0006,
         burst_end_silence: float = 0.8,
@@ -136,6 +147,8 @@ class GPTLive(RealtimeModel):
         retry_backoff: float = 0.5,
         retry_backoff_cap: float = 8.0,
     ) -> None:
+        if recycle_after is not None and not recycle_after > 0:
+            raise ValueError("recycle_after must be positive (seconds), or None")
         if not 0 < burst_pause_after <= burst_end_silence:
             raise ValueError("burst_pause_after must be > 0 and at most burst_end_silence")
         if delegation not in ("responses", "client"):
@@ -176,6 +189,7 @@ class GPTLive(RealtimeModel):
             audio_format=audio_format,
             service_tier=service_tier,
             delegation=delegation,
+            recycle_after=recycle_after,
         )
 
     @property
@@ -230,8 +244,17 @@ class GPTLiveSession(RealtimeSession):
         self._events: asyncio.Queue[RealtimeEvent | None] = asyncio.Queue()
         self._events_ended = False
         self._pending: list[JSONObject] = []
-        self._muted = False
         """Client events waiting for ``session.started`` (§4.1)."""
+        self._muted = False
+        self._unanswered: set[str] = set()
+        """Client delegations of this connection with no answer sent yet."""
+        self._recycle: asyncio.Task[None] | None = None
+        self._recycling = False
+        """The connection is being replaced at a quiet moment (not lost): input audio
+        waits for the new one instead of being dropped."""
+        self.recycles = 0
+        """How many times the connection was replaced on purpose (``recycle_after``, or an
+        ``expired`` close at a quiet moment)."""
         self._ids = itertools.count(1)
         self._config: RealtimeConfig | None = None
         self._instructions = ""
@@ -308,7 +331,7 @@ class GPTLiveSession(RealtimeSession):
             self._input = InputAudio(audio)
         chunks, samples = self._input.push(frame)
         for chunk in chunks:
-            if self._phase == "reconnecting":
+            if self._phase == "reconnecting" and not self._recycling:
                 # Audio is live: replaying it after the reconnect would put stale speech
                 # on the new session's timeline.
                 self.dropped_audio_chunks += 1
@@ -357,7 +380,9 @@ class GPTLiveSession(RealtimeSession):
     def answer_delegation(self, delegation_id: str | None, text: str) -> None:
         if self._o.delegation != "client":
             raise RealtimeError("answer_delegation needs GPTLive(delegation='client')")
-        if delegation_id is None:  # the delegation died with its connection (§4.8)
+        if delegation_id is not None:
+            self._unanswered.discard(delegation_id)
+        else:  # the delegation died with its connection (§4.8)
             text = f"{SPEAK_NOW} You looked this up for the caller: {text}"
         # Appends beyond the first continue the same work (§2.5); each is clipped.
         for start in range(0, len(text), MAX_APPEND_CHARS):
@@ -398,6 +423,8 @@ class GPTLiveSession(RealtimeSession):
             self._pending.append(event)
 
     def _emit(self, event: RealtimeEvent) -> None:
+        if isinstance(event, DelegationRequested):
+            self._unanswered.add(event.delegation_id)
         if not self._events_ended:
             self._events.put_nowait(event)
 
@@ -466,6 +493,10 @@ class GPTLiveSession(RealtimeSession):
             self._link.send(mute_event(True, self._next_id("mute")))
         for event in pending:
             self._link.send(event)
+        if self._o.recycle_after is not None:
+            self._recycle = asyncio.get_running_loop().create_task(
+                self._recycle_when_quiet(self._link), name="gpt-live-recycle"
+            )
 
     # -- the connection loop ------------------------------------------------------------
 
@@ -485,6 +516,8 @@ class GPTLiveSession(RealtimeSession):
         """Handle server events until the connection ends. Returns why it was lost, or
         None when the session is over (close requested, or a fatal error)."""
         lost = await self._read_frames(ws)
+        if self._recycling and not self._close_requested:
+            return "recycled"  # we asked it to close: open the next one
         if isinstance(lost, RealtimeError):
             self._emit(ProviderError(lost))
             self._lose_connection()
@@ -530,15 +563,50 @@ class GPTLiveSession(RealtimeSession):
             audio=self._audio_format,
         )
 
+    def _quiet(self) -> bool:
+        return self._phase == "live" and self._state.quiet and not self._unanswered
+
+    async def _recycle_when_quiet(self, link: Link) -> None:
+        """After ``recycle_after`` seconds, at the first quiet moment, close this
+        connection (``session.close``, §4.8) so ``_run`` opens the next one, seeded with
+        the history. Nothing is owed at a quiet moment, so nothing is lost, and the user's
+        audio meanwhile is held for the new connection."""
+        assert self._o.recycle_after is not None
+        await asyncio.sleep(self._o.recycle_after)
+        # Quiet is derived from three trackers; looking every 0.2 s is cheaper than
+        # signalling each of their changes.
+        while self._link is link and not self._quiet():  # noqa: ASYNC110
+            await asyncio.sleep(_QUIET_POLL)
+        if self._link is not link or self._close_requested:
+            return
+        logger.info("GPT-Live: recycling the connection (%s) at a quiet moment", self._session_id)
+        self._recycling = True
+        link.send({"type": "session.close", "event_id": self._next_id("recycle")})
+        # From now on what is sent (the user's audio included) waits for the new one.
+        self._phase = "reconnecting"
+        await asyncio.sleep(self._o.close_timeout)
+        if self._link is link:  # no session.closed in time: end it from our side
+            await link.close(self._o.close_timeout)
+
     def _lose_connection(self) -> None:
         """Everything tied to the connection is gone (§4.8)."""
+        if self._recycle is not None and self._recycle is not asyncio.current_task():
+            self._recycle.cancel()
+        self._recycle = None
+        self._unanswered.clear()
         self._state.end()
         self._usage_before += self._state.usage_seconds
         self._state = self._new_state()
         self._session_id = None
 
     async def _reconnect(self, reason: str) -> bool:
-        """Reconnect with backoff, the history seeded again. False: gave up."""
+        """Reconnect with backoff, the history seeded again. False: gave up.
+
+        A recycle (ours, or the service's ``expired`` close while nothing was going on)
+        is not a loss: no ``ConnectionLost`` is reported unless the new connection fails."""
+        if reason.endswith("(expired)") and self._quiet():
+            self._recycling = True
+        recycling = self._recycling
         self._lose_connection()
         self._phase = "reconnecting"
         if self._link is not None:
@@ -550,7 +618,8 @@ class GPTLiveSession(RealtimeSession):
             self._emit(ProviderError(RealtimeError(message, fatal=True)))
             self._emit(ConnectionLost(reason, reconnecting=False))
             return False
-        self._emit(ConnectionLost(reason, reconnecting=True))
+        if not recycling:
+            self._emit(ConnectionLost(reason, reconnecting=True))
         last: RealtimeError | None = None
         for attempt in range(attempts):
             if attempt:
@@ -564,10 +633,17 @@ class GPTLiveSession(RealtimeSession):
                 if exc.fatal:
                     break
                 continue
+            self._recycling = False
+            if recycling:
+                self.recycles += 1
             self._go_live(ws, session_id)
             self._emit(Reconnected(session_id))
             return True
         assert last is not None
+        if recycling:  # not lost until now: what was held for the new connection is gone
+            self._recycling = False
+            self._pending.clear()
+            self._emit(ConnectionLost(reason, reconnecting=True))
         message = f"GPT-Live: gave up reconnecting after {attempt + 1} attempt(s): {last}"
         self._emit(ProviderError(RealtimeError(message, fatal=True, code=last.code)))
         self._emit(ConnectionLost(f"reconnect failed: {last}", reconnecting=False))
@@ -593,6 +669,9 @@ class GPTLiveSession(RealtimeSession):
         self._end_events()
 
     async def _release(self) -> None:
+        if self._recycle is not None and self._recycle is not asyncio.current_task():
+            self._recycle.cancel()
+        self._recycle = None
         link, self._link = self._link, None
         if link is not None:
             await link.close(self._o.close_timeout)
