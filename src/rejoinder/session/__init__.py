@@ -17,6 +17,7 @@ Where things are decided:
 
 from .agent import Agent
 from .agent_task import AgentTask
+from .client_delegation import ClientDelegation
 from .events import (
     AgentStateChangedEvent,
     AwayTimerEvent,
@@ -50,6 +51,7 @@ __all__ = [
     "AgentTask",
     "AwayTimerEvent",
     "BackgroundToolFinishedEvent",
+    "ClientDelegation",
     "CloseEvent",
     "CollectDigits",
     "ConversationItemAddedEvent",
