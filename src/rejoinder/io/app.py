@@ -21,20 +21,27 @@ the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .admission import SessionGate
 from .connection import Connection, Entrypoint
-from .server_metrics import CONTENT_TYPE, ServerMetrics
+from .hosting import (
+    close_session,
+    health_answer,
+    host_gate,
+    metrics_answer,
+    observed,
+    refused_answer,
+)
+from .server_metrics import ServerMetrics
+from .socket_loop import respond
 from .websocket import WebSocketOptions, websocket_handler
 
 if TYPE_CHECKING:
-    from ..session import AgentSession
     from .telephony import TelephonyOptions
 
 __all__ = ["GATE", "METRICS", "WEBRTC", "create_app", "webrtc_unavailable"]
@@ -56,13 +63,7 @@ def webrtc_unavailable() -> str | None:
     return None if available() else f"not installed ({INSTALL_HINT})"
 
 
-async def _close_session(conn: Connection) -> None:
-    """End a live connection from the server side: its session closes, ``serve`` returns
-    and the transport closes the socket or peer connection."""
-    if conn.session is not None:
-        await conn.session.aclose()
-    else:
-        conn.client_left()
+_close_session = close_session  # (the name it had here)
 
 
 def create_app(
@@ -88,16 +89,11 @@ def create_app(
     ``GET /sessions`` (what each live session owes, and its timeline; see
     ``rejoinder.io.inspect``).
     """
-    if gate is None:
-        gate = SessionGate(max_sessions=max_sessions, close=_close_session)
-    elif max_sessions is not None:
-        raise ValueError("give max_sessions to the gate, not to create_app as well")
-    if gate.close is None:
-        gate.close = _close_session
+    gate = host_gate(max_sessions, gate)
     app = web.Application()
     app[GATE] = gate
     app[METRICS] = server_metrics = ServerMetrics(gate)
-    entrypoint = _observed(entrypoint, server_metrics)
+    entrypoint = observed(entrypoint, server_metrics)
 
     ws_handler = websocket_handler(entrypoint, websocket, run=gate.run)
 
@@ -121,11 +117,10 @@ def create_app(
         app.add_routes(page_routes())
 
     async def healthz(_request: web.Request) -> web.Response:
-        body = {"status": gate.status, "sessions": gate.live, "max_sessions": gate.max_sessions}
-        return web.json_response(body, status=503 if gate.draining else 200)
+        return respond(health_answer(gate))
 
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=server_metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return respond(metrics_answer(server_metrics))
 
     if inspect:
         from .inspect import add_inspect_routes
@@ -136,31 +131,8 @@ def create_app(
     return app
 
 
-def _observed(entrypoint: Entrypoint, metrics: ServerMetrics) -> Entrypoint:
-    """``entrypoint``, with the session its connection serves watched by ``metrics``
-    (every transport calls it inside ``gate.run``)."""
-
-    async def observed(conn: Connection) -> None:
-        detach: list[Callable[[], None]] = []
-
-        def observe(session: AgentSession[Any]) -> None:
-            detach.append(metrics.observe(session))
-
-        conn.session_observers.append(observe)
-        try:
-            await entrypoint(conn)
-        finally:
-            for stop in detach:  # the session closed, unless serve() never returned
-                stop()
-            with contextlib.suppress(ValueError):
-                conn.session_observers.remove(observe)
-
-    return observed
-
-
 def _refused(gate: SessionGate[Connection]) -> web.Response:
-    reason = gate.refusal() or "the server cannot take a session now"
-    return web.json_response({"error": reason}, status=503, headers={"Retry-After": "5"})
+    return respond(refused_answer(gate))
 
 
 def _mount_webrtc(
