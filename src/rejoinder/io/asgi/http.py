@@ -1,0 +1,79 @@
+"""HTTP on the ASGI host: a framework-free ``HttpAnswer`` as a Starlette response, the
+browser page and the inspection routes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..admission import SessionGate
+from ..connection import Connection
+from ..hosting import HttpAnswer
+
+__all__ = ["answering", "inspect_routes", "page_routes", "response"]
+
+
+def response(answer: HttpAnswer) -> Response:
+    headers = {**answer.headers, "content-type": answer.content_type}
+    return Response(answer.body_bytes, status_code=answer.status, headers=headers)
+
+
+def answering(answer: Callable[[Request], HttpAnswer]) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return response(answer(request))
+
+    return route
+
+
+def page_routes() -> list[BaseRoute]:
+    from ..static import PAGE_FILES
+
+    package = files("rejoinder.io.static")
+    routes: list[BaseRoute] = []
+    for path, (name, media_type) in PAGE_FILES.items():
+        body = package.joinpath(name).read_bytes()
+        headers = {"Cache-Control": "no-cache"}
+        answer = HttpAnswer(200, body, f"{media_type}; charset=utf-8", headers)
+        routes.append(Route(path, answering(_constant(answer))))
+    return routes
+
+
+def _constant(answer: HttpAnswer) -> Callable[[Request], HttpAnswer]:
+    return lambda _request: answer
+
+
+def inspect_routes(gate: SessionGate[Connection]) -> list[BaseRoute]:
+    from ...session.timeline import json_safe
+    from ..inspect import _describe
+
+    def sessions(_request: Request) -> HttpAnswer:
+        return HttpAnswer.json({"sessions": [_describe(c) for c in gate.connections]})
+
+    def timeline(request: Request) -> HttpAnswer:
+        wanted = request.path_params["id"]
+        conn = next(
+            (c for c in gate.connections if c.session is not None and c.session.id == wanted),
+            None,
+        )
+        if conn is None or conn.session is None:
+            return HttpAnswer.json({"error": f"no live session {wanted!r}"}, status=404)
+        try:
+            since = float(request.query_params.get("since", "-inf"))
+        except ValueError:
+            return HttpAnswer.json({"error": "since must be a number"}, status=400)
+        lines = [
+            json.dumps(json_safe(e), separators=(",", ":"))
+            for e in conn.session.timeline.entries()
+            if e["t"] >= since
+        ]
+        return HttpAnswer(200, "\n".join(lines) + ("\n" if lines else ""), "application/x-ndjson")
+
+    return [
+        Route("/sessions", answering(sessions)),
+        Route("/sessions/{id}/timeline", answering(timeline)),
+    ]
