@@ -49,7 +49,9 @@ SPEECH = {
         "es",
         "Muchas gracias por su llamada, le llamaremos mañana por la mañana.",
         0.45,
-        {"gracias", "mañana"},
+        # Not "mañana": eSpeak's output shifts a little with what it said before in the
+        # process, and Whisper base then hears it as "maya" about one run in five.
+        {"gracias", "llamada"},
     ),
     "de": (
         "de",
