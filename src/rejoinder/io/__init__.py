@@ -1,7 +1,7 @@
 """Transports and sinks.
 
 Text sinks load eagerly; the transport names (``Connection``, ``ReportedPlayback``,
-``create_app``, ...) load their module (numpy, pydantic, aiohttp) on first use.
+``create_app``, ``create_asgi_app``, ...) load their module (numpy, pydantic, aiohttp) on first use.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .text import ConsoleTextOutput, MemoryTextOutput, TextOutput
 
 if TYPE_CHECKING:
     from .app import create_app
+    from .asgi import create_asgi_app
     from .connection import Connection, Entrypoint, PushAudioInput
     from .playback import ReportedPlayback
     from .protocol import CloseCode, ProtocolError
@@ -26,6 +27,7 @@ _EXPORTS = {
     "CloseCode": "protocol",
     "ProtocolError": "protocol",
     "create_app": "app",
+    "create_asgi_app": "asgi",
 }
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "ReportedPlayback",
     "TextOutput",
     "create_app",
+    "create_asgi_app",
 ]
 
 

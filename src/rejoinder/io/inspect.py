@@ -30,7 +30,7 @@ __all__ = ["add_inspect_routes"]
 
 def add_inspect_routes(app: web.Application, gate: SessionGate[Connection]) -> None:
     async def sessions(_request: web.Request) -> web.Response:
-        return web.json_response({"sessions": [_describe(c) for c in gate.connections]})
+        return web.json_response({"sessions": [describe_session(c) for c in gate.connections]})
 
     async def timeline(request: web.Request) -> web.StreamResponse:
         wanted = request.match_info["id"]
@@ -56,7 +56,7 @@ def add_inspect_routes(app: web.Application, gate: SessionGate[Connection]) -> N
     app.router.add_get("/sessions/{id}/timeline", timeline)
 
 
-def _describe(conn: Connection) -> dict[str, Any]:
+def describe_session(conn: Connection) -> dict[str, Any]:
     session = conn.session
     row: dict[str, Any] = {"connection": conn.id, "transport": conn.transport}
     if session is None:

@@ -228,7 +228,7 @@ def websocket_handler(
             peer.outbox,
             receive_text=peer.receive_text,
             receive_bytes=peer.receive_bytes,
-            run_agent=lambda conn: _run_agent(runner, entrypoint, conn, peer),
+            run_agent=lambda conn: run_client_agent(runner, entrypoint, conn, peer),
             no_start=no_start,
             left=peer.client_left,
             start_timeout=opts.start_timeout,
@@ -240,7 +240,7 @@ def websocket_handler(
     return handle
 
 
-async def _run_agent(
+async def run_client_agent(
     runner: Runner, entrypoint: Entrypoint, conn: Connection, peer: WebSocketPeer
 ) -> None:
     try:

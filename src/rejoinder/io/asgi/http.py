@@ -49,10 +49,10 @@ def _constant(answer: HttpAnswer) -> Callable[[Request], HttpAnswer]:
 
 def inspect_routes(gate: SessionGate[Connection]) -> list[BaseRoute]:
     from ...session.timeline import json_safe
-    from ..inspect import _describe
+    from ..inspect import describe_session
 
     def sessions(_request: Request) -> HttpAnswer:
-        return HttpAnswer.json({"sessions": [_describe(c) for c in gate.connections]})
+        return HttpAnswer.json({"sessions": [describe_session(c) for c in gate.connections]})
 
     def timeline(request: Request) -> HttpAnswer:
         wanted = request.path_params["id"]

@@ -14,7 +14,7 @@ from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import HttpAnswer, SocketBinding, first_values, refused_answer, run_socket
 from ..protocol import CloseCode, ErrorCode
-from ..websocket import WebSocketOptions, WebSocketPeer, _run_agent
+from ..websocket import WebSocketOptions, WebSocketPeer, run_client_agent
 from .http import response
 
 __all__ = ["AsgiFrames", "client_route", "deny", "remote"]
@@ -131,7 +131,7 @@ def client_socket(
         outbox=peer.outbox,
         receive_text=peer.receive_text,
         receive_bytes=peer.receive_bytes,
-        run_agent=lambda conn: _run_agent(run, entrypoint, conn, peer),
+        run_agent=lambda conn: run_client_agent(run, entrypoint, conn, peer),
         no_start=no_start,
         left=peer.client_left,
         start_timeout=opts.start_timeout,
