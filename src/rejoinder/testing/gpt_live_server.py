@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ._loopback import LoopbackServer
+from ._wire_audio import decode as decode_audio
+from ._wire_audio import encode as encode_audio
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -182,7 +184,7 @@ class GPTLiveServer(LoopbackServer):
     def input_pcm(self, connection: int | None = None) -> bytes:
         """The input audio decoded to 16-bit PCM at the session's rate (G.711 decoded)."""
         audio_type, _ = self.audio_format(connection)
-        return _decode(audio_type, self.input_audio(connection))
+        return decode_audio(audio_type, self.input_audio(connection))
 
     async def wait_for(self, event_type: str, count: int = 1, within: float = 5.0) -> JSONObject:
         """Wait (loop time) until ``count`` events of ``event_type`` arrived; return the
@@ -322,7 +324,7 @@ class GPTLiveServer(LoopbackServer):
         """One output audio frame of PCM16 bytes at the session's rate (24 kHz, or 8 kHz
         for G.711), sent in the session's format (encoded to G.711 when it is one)."""
         audio_type = self._current().audio_type
-        await self.audio_raw(_encode(audio_type, pcm))
+        await self.audio_raw(encode_audio(audio_type, pcm))
 
     async def audio_raw(self, data: bytes) -> None:
         """One output audio frame of ``data`` as it is (already in the session's format)."""
@@ -501,26 +503,6 @@ def _format_error(connection: _Connection, session: object, event_id: object) ->
         )
     connection.audio_type, connection.audio_rate = audio_type, rate
     return None
-
-
-def _encode(audio_type: str, pcm: bytes) -> bytes:
-    if audio_type == "audio/pcm":
-        return pcm
-    import numpy as np
-
-    from ..models import g711
-
-    samples = np.frombuffer(pcm, "<i2").astype(np.int16)
-    return g711.ulaw_encode(samples) if audio_type == "audio/pcmu" else g711.alaw_encode(samples)
-
-
-def _decode(audio_type: str, data: bytes) -> bytes:
-    if audio_type == "audio/pcm":
-        return data
-    from ..models import g711
-
-    pcm = g711.ulaw_decode(data) if audio_type == "audio/pcmu" else g711.alaw_decode(data)
-    return pcm.astype("<i2").tobytes()
 
 
 def _transcript(kind: str, text: str, start_ms: int | None, end_ms: int | None) -> JSONObject:

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._loopback import LoopbackServer
+from ._wire_audio import decode as decode_audio
+from ._wire_audio import encode as encode_audio
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -149,7 +151,7 @@ class OpenAIRealtimeServer(LoopbackServer):
         """The appended audio decoded to 16-bit PCM at the input format's rate (of one
         connection, or of the newest one's format)."""
         fmt = (connection or self.connections[-1]).input_format
-        return _decode(fmt, self.input_audio(connection))
+        return decode_audio(fmt, self.input_audio(connection))
 
     async def wait_for(self, event_type: str, count: int = 1, within: float = 5.0) -> JSONObject:
         """Wait (at most ``within`` seconds) until ``count`` client events of ``event_type``
@@ -231,7 +233,7 @@ class OpenAIRealtimeServer(LoopbackServer):
         fmt = self._current().output_format
         frames = max(1, round(seconds / FRAME_SECONDS))
         tone = tone_pcm(FRAME_SECONDS, rate=AUDIO_TYPES[fmt])
-        chunk = base64.b64encode(_encode(fmt, tone)).decode("ascii")
+        chunk = base64.b64encode(encode_audio(fmt, tone)).decode("ascii")
         for _ in range(frames):
             await self.send(_content(response_id, item_id, "response.output_audio.delta", chunk))
 
@@ -555,26 +557,6 @@ def _event_error(message: str, code: str, param: str, event_id: object) -> JSONO
             "event_id": event_id if isinstance(event_id, str) else None,
         },
     }
-
-
-def _encode(fmt: str, pcm: bytes) -> bytes:
-    if fmt == "audio/pcm":
-        return pcm
-    import numpy as np
-
-    from ..models import g711
-
-    samples = np.frombuffer(pcm, "<i2").astype(np.int16)
-    return g711.ulaw_encode(samples) if fmt == "audio/pcmu" else g711.alaw_encode(samples)
-
-
-def _decode(fmt: str, data: bytes) -> bytes:
-    if fmt == "audio/pcm":
-        return data
-    from ..models import g711
-
-    pcm = g711.ulaw_decode(data) if fmt == "audio/pcmu" else g711.alaw_decode(data)
-    return pcm.astype("<i2").tobytes()
 
 
 def _http_error(status: int, message: str, code: str | None) -> web.Response:
