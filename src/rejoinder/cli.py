@@ -237,6 +237,50 @@ def _add_server_commands(commands: Any) -> None:
     )
     dev.set_defaults(inspect=True)
     serve.set_defaults(reload=False)
+    _add_ray_options(serve)
+
+
+def _add_ray_options(serve: argparse.ArgumentParser) -> None:
+    """``serve --ray``: a Ray Serve application (``rejoinder.deploy.ray``, the ray extra)."""
+    from .deploy.ray import DEFAULT_SESSIONS_PER_REPLICA  # (Ray itself is not imported)
+
+    ray = serve.add_argument_group(
+        "Ray Serve (--ray; needs the ray extra)",
+        "replicas autoscaled on live sessions; --host/--port are the Serve proxy's, "
+        "--drain-timeout bounds each stopping replica's drain",
+    )
+    ray.add_argument(
+        "--ray",
+        action="store_true",
+        help="deploy FILE on a Ray cluster as a Serve application instead of one process",
+    )
+    ray.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster to join (default: $RAY_ADDRESS, else a new local one)",
+    )
+    ray.add_argument(
+        "--sessions-per-replica",
+        metavar="N",
+        type=_positive_int,
+        default=DEFAULT_SESSIONS_PER_REPLICA,
+        help=f"live sessions per replica (max_ongoing_requests; default "
+        f"{DEFAULT_SESSIONS_PER_REPLICA})",
+    )
+    ray.add_argument(
+        "--min-replicas",
+        metavar="N",
+        type=int,
+        default=1,
+        help="replicas kept running (default 1)",
+    )
+    ray.add_argument(
+        "--max-replicas",
+        metavar="N",
+        type=_positive_int,
+        default=4,
+        help="replicas at most (default 4)",
+    )
 
 
 def _port(text: str) -> int:
@@ -257,6 +301,8 @@ def _run_server(args: argparse.Namespace) -> int:
     from .devserver import ServerOptions, run_server
 
     _configure_server_logging(verbose=args.verbose)
+    if getattr(args, "ray", False):
+        return _run_ray(args)
     options = ServerOptions(
         path=args.file,
         host=args.host,
@@ -274,6 +320,39 @@ def _run_server(args: argparse.Namespace) -> int:
         return asyncio.run(run_server(options))
     except KeyboardInterrupt:  # Ctrl-C while the agent file was still loading
         return 130
+
+
+def _run_ray(args: argparse.Namespace) -> int:
+    """``serve --ray``: the agent file as a Ray Serve application (``rejoinder.deploy.ray``)."""
+    from .deploy.ray import RayOptions, RayUnavailable, serve_until_signalled
+
+    def usage(text: str) -> int:
+        sys.stderr.write(f"{PROG} serve: error: {text}\n")
+        return 2
+
+    if args.max_sessions is not None:
+        return usage("with --ray, give the limit per replica: --sessions-per-replica N")
+    if args.port == 0 or not 0 <= args.min_replicas <= args.max_replicas:
+        return usage("--ray needs a fixed --port and 0 <= --min-replicas <= --max-replicas")
+    if not os.path.isfile(args.file):
+        return usage(f"agent file not found: {args.file}")
+    options = RayOptions(
+        path=args.file,
+        sessions_per_replica=args.sessions_per_replica,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        drain_timeout=args.drain_timeout,
+        telephony=tuple(args.telephony),
+        public_url=args.public_url,
+        twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,
+        inspect=args.inspect,
+    )
+    try:
+        return serve_until_signalled(
+            options, host=args.host, port=args.port, address=args.ray_address
+        )
+    except RayUnavailable as exc:
+        return usage(str(exc))
 
 
 def _one_blas_thread() -> None:
