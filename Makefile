@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest chromium bench stress clean
+.PHONY: demo test lint typecheck pytest chromium bench stress test-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,22 @@ STRESS_TESTS := tests/session/test_switch_random.py tests/session/test_lifecycle
 stress: $(STAMP)
 	REJOINDER_STRESS_EXAMPLES=100000 REJOINDER_STRESS_PROGRESS=10000 \
 		$(BIN)/pytest -p no:cacheprovider --timeout 0 -s $(STRESS_TESTS)
+
+# The scale tests (tests/scale, about two minutes): a head and a worker Ray node on
+# 127.0.0.1 serving the demo agent through Ray Serve, real protocol clients, autoscaling
+# and a node loss. Ray binds every interface and probes outside addresses, so the tests
+# run in a network namespace of their own with only loopback up (ip netns: needs root);
+# it is deleted afterwards, and the tests stop every Ray process they started.
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
+test-scale: $(RAY_STAMP)
+	@command -v ip >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q iproute2; }
+	@ns=rj-scale-$$$$; ip netns add $$ns || exit 1; trap "ip netns del $$ns" EXIT; \
+		ip netns exec $$ns ip link set lo up && \
+		REJOINDER_SCALE=1 ip netns exec $$ns $(BIN)/pytest -p no:cacheprovider tests/scale
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,51 @@
+"""The demo agent (``examples/voice_agent.py``) as the scale tests deploy it.
+
+The same offline stack, with two differences: the speech models are loaded before the
+file finishes loading (so a replica is ready only once it can answer), and every session
+appends a line to ``$REJOINDER_SCALE_LOG`` saying which client (``?client=``) landed on
+which process and Ray node.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+
+from rejoinder.io import Connection
+
+_FILE = Path(__file__).resolve().parents[2] / "examples" / "voice_agent.py"
+_spec = importlib.util.spec_from_file_location("_rejoinder_scale_voice_agent", _FILE)
+assert _spec is not None and _spec.loader is not None
+voice_agent = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(voice_agent)
+
+for _thread in threading.enumerate():  # the demo loads Whisper and Piper in the background
+    if _thread.name == "load-speech-models":
+        _thread.join()
+
+
+def _node() -> str:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:
+        return ""
+
+
+NODE = _node()
+
+
+def _note(client: str | None) -> None:
+    log = os.environ.get("REJOINDER_SCALE_LOG")
+    if log:
+        with open(log, "a") as out:
+            out.write(json.dumps({"client": client, "pid": os.getpid(), "node": NODE}) + "\n")
+
+
+async def entrypoint(conn: Connection) -> None:
+    _note(conn.query.get("client"))
+    await voice_agent.entrypoint(conn)

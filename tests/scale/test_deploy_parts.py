@@ -1,0 +1,181 @@
+"""The parts of ``rejoinder.deploy.ray`` that need no Ray cluster: the Serve options, the
+proxy's close for a lost replica, the labelled metrics, the replica's bounded drain and
+the CLI's checks (``make test-scale``, with the others)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from contextlib import redirect_stderr
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rejoinder.deploy.ray as deploy
+from rejoinder.cli import main
+from rejoinder.deploy.ray import (
+    CLOSE_MARGIN,
+    SESSION_LOST,
+    CloseLostSessions,
+    RayOptions,
+    RejoinderReplica,
+    deployment_options,
+)
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
+
+AGENT = """
+import asyncio
+
+async def entrypoint(conn):
+    await asyncio.Event().wait()
+"""
+
+
+def test_deployment_options() -> None:
+    options = RayOptions(path="agent.py", sessions_per_replica=3, min_replicas=1, max_replicas=5)
+    config = deployment_options(options)
+    assert config["max_ongoing_requests"] == 3
+    assert config["graceful_shutdown_timeout_s"] == options.drain_timeout + CLOSE_MARGIN
+    scaling = config["autoscaling_config"]
+    assert (scaling["min_replicas"], scaling["max_replicas"]) == (1, 5)
+    assert scaling["target_ongoing_requests"] == 3
+    assert scaling["metrics_interval_s"] < scaling["look_back_period_s"]
+    assert config["ray_actor_options"] == {"num_cpus": 1.0}
+    assert Path(options.path).is_absolute()
+    with pytest.raises(ValueError, match="min_replicas"):
+        RayOptions(path="a.py", min_replicas=3, max_replicas=2)
+
+
+class _Socket:
+    """An ASGI WebSocket server side: what the middleware sends, and a client that
+    leaves when told to."""
+
+    def __init__(self, client_leaves: bool = False) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.client_leaves = client_leaves
+
+    async def receive(self) -> dict[str, Any]:
+        if self.client_leaves:
+            return {"type": "websocket.disconnect", "code": 1000}
+        await asyncio.sleep(3600)
+        raise AssertionError
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
+async def test_a_lost_replica_gets_its_clients_a_close_frame() -> None:
+    async def lost(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "websocket.accept"})
+        raise RuntimeError("the replica died")
+
+    socket = _Socket()
+    with pytest.raises(RuntimeError):
+        await CloseLostSessions(lost)({"type": "websocket"}, socket.receive, socket.send)
+    assert socket.sent[-1]["type"] == "websocket.close"
+    assert socket.sent[-1]["code"] == SESSION_LOST
+
+
+async def test_no_extra_close_after_a_close_or_a_client_that_left() -> None:
+    async def closes(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1000})
+
+    socket = _Socket()
+    await CloseLostSessions(closes)({"type": "websocket"}, socket.receive, socket.send)
+    assert [m["type"] for m in socket.sent] == ["websocket.accept", "websocket.close"]
+
+    async def client_left(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "websocket.accept"})
+        await receive()
+
+    socket = _Socket(client_leaves=True)
+    await CloseLostSessions(client_left)({"type": "websocket"}, socket.receive, socket.send)
+    assert [m["type"] for m in socket.sent] == ["websocket.accept"]
+
+    async def http(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200})
+
+    socket = _Socket()
+    await CloseLostSessions(http)({"type": "http"}, socket.receive, socket.send)
+    assert socket.sent == [{"type": "http.response.start", "status": 200}]
+
+
+class _Conn:
+    """A connection whose session ends when the server closes it."""
+
+    transport = "websocket"
+    session = None
+
+    def __init__(self) -> None:
+        self.left = asyncio.Event()
+
+    def client_left(self) -> None:
+        self.left.set()
+
+
+async def _replica(tmp_path: Path, **options: Any) -> RejoinderReplica:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    replica = RejoinderReplica(RayOptions(path=str(agent), **options))
+    await replica.__serve_build_asgi_app__()
+    return replica
+
+
+async def test_metrics_are_labelled_by_replica(tmp_path: Path) -> None:
+    replica = await _replica(tmp_path, sessions_per_replica=2)
+    try:
+        route = replica.rejoinder_app.router.routes[0]
+        assert route.path == "/metrics"
+        response = await route.endpoint(None)
+        text = response.body.decode()
+        label = replica.rejoinder_labels["replica"]
+        lines = [line for line in text.splitlines() if line.startswith("rejoinder_sessions_live")]
+        assert lines and all(f'replica="{label}"' in line for line in lines), text
+    finally:
+        await replica.aclose()
+
+
+async def test_a_stopping_replica_drains_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopping = False
+    monkeypatch.setattr(deploy, "replica_stopping", lambda: stopping)
+    replica = await _replica(tmp_path, sessions_per_replica=2, drain_timeout=1.0)
+    gate = replica.rejoinder_app.state.gate
+    conn = _Conn()
+
+    async def entrypoint(c: _Conn) -> None:
+        await c.left.wait()
+
+    with gate.admit():
+        session = asyncio.create_task(gate.run(entrypoint, conn))
+        await asyncio.sleep(0.1)
+    assert gate.live == 1
+    stopping = True
+    await asyncio.sleep(0.5)
+    assert gate.draining and gate.refusal() is not None and gate.live == 1  # still live
+    assert replica.rejoinder_drained is not None
+    await asyncio.wait_for(replica.rejoinder_drained.wait(), 5)
+    assert conn.left.is_set() and gate.live == 0  # closed at the drain timeout
+    await session
+    await replica.aclose()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-sessions", "3"], "--sessions-per-replica"),
+        (["--port", "0"], "fixed --port"),
+        (["--min-replicas", "5", "--max-replicas", "2"], "--min-replicas"),
+    ],
+)
+def test_cli_checks(tmp_path: Path, extra: list[str], message: str) -> None:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    err = io.StringIO()
+    with redirect_stderr(err):
+        assert main(["serve", "--ray", str(agent), *extra]) == 2
+    assert message in err.getvalue()
