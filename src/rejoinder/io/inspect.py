@@ -24,33 +24,43 @@ from aiohttp import web
 from ..session.timeline import json_safe
 from .admission import SessionGate
 from .connection import Connection
+from .hosting import HttpAnswer
+from .socket_loop import respond
 
 __all__ = ["add_inspect_routes"]
 
 
+def sessions_answer(gate: SessionGate[Connection]) -> HttpAnswer:
+    """``GET /sessions``, as data for either host."""
+    return HttpAnswer.json({"sessions": [describe_session(c) for c in gate.connections]})
+
+
+def timeline_answer(gate: SessionGate[Connection], wanted: str, since: str | None) -> HttpAnswer:
+    """``GET /sessions/{wanted}/timeline?since=...``, as data for either host."""
+    conn = next(
+        (c for c in gate.connections if c.session is not None and c.session.id == wanted),
+        None,
+    )
+    if conn is None or conn.session is None:
+        return HttpAnswer.json({"error": f"no live session {wanted!r}"}, status=404)
+    try:
+        start = float(since if since is not None else "-inf")
+    except ValueError:
+        return HttpAnswer.json({"error": "since must be a number"}, status=400)
+    lines = [
+        json.dumps(json_safe(e), separators=(",", ":"))
+        for e in conn.session.timeline.entries()
+        if e["t"] >= start
+    ]
+    return HttpAnswer(200, "\n".join(lines) + ("\n" if lines else ""), "application/x-ndjson")
+
+
 def add_inspect_routes(app: web.Application, gate: SessionGate[Connection]) -> None:
     async def sessions(_request: web.Request) -> web.Response:
-        return web.json_response({"sessions": [describe_session(c) for c in gate.connections]})
+        return respond(sessions_answer(gate))
 
-    async def timeline(request: web.Request) -> web.StreamResponse:
-        wanted = request.match_info["id"]
-        conn = next(
-            (c for c in gate.connections if c.session is not None and c.session.id == wanted),
-            None,
-        )
-        if conn is None or conn.session is None:
-            return web.json_response({"error": f"no live session {wanted!r}"}, status=404)
-        try:
-            since = float(request.query.get("since", "-inf"))
-        except ValueError:
-            return web.json_response({"error": "since must be a number"}, status=400)
-        lines = [
-            json.dumps(json_safe(e), separators=(",", ":"))
-            for e in conn.session.timeline.entries()
-            if e["t"] >= since
-        ]
-        body = "\n".join(lines) + ("\n" if lines else "")
-        return web.Response(text=body, content_type="application/x-ndjson", charset="utf-8")
+    async def timeline(request: web.Request) -> web.Response:
+        return respond(timeline_answer(gate, request.match_info["id"], request.query.get("since")))
 
     app.router.add_get("/sessions", sessions)
     app.router.add_get("/sessions/{id}/timeline", timeline)

@@ -13,11 +13,9 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from aiohttp import web
-
 from .protocol import CloseCode
 
-__all__ = ["CloseRequest", "Outbox", "bounded", "write_outbox"]
+__all__ = ["CloseRequest", "Outbox", "bounded"]
 
 logger = logging.getLogger("rejoinder.io")
 
@@ -118,23 +116,6 @@ class Outbox:
                 return self.close_request
             self._ready.clear()
             await self._ready.wait()
-
-
-async def write_outbox(ws: web.WebSocketResponse, outbox: Outbox) -> None:
-    """Drain ``outbox`` into ``ws`` until its close request, then close the socket."""
-    try:
-        while True:
-            item = await outbox.get()
-            if isinstance(item, CloseRequest):
-                await ws.close(code=int(item.code), message=item.reason.encode())
-                return
-            if isinstance(item, str):
-                await ws.send_str(item)
-            else:
-                await ws.send_bytes(item)
-    except (ConnectionError, RuntimeError) as exc:  # the socket went away under us
-        logger.debug("websocket writer stopped: %r", exc)
-        outbox.close(CloseCode.NORMAL, "socket closed")
 
 
 async def bounded(task: asyncio.Task[None], seconds: float, what: str) -> None:

@@ -3,23 +3,20 @@
 ``respond``, which writes a framework-free ``HttpAnswer``.
 
 Both the client protocol (``websocket.py``) and the phone media streams
-(``telephony/routes.py``) run one ``serve_socket`` per connection; each gives it its
-peer's entry points and what to do when the client never starts or leaves. The ASGI host
-(``asgi.py``) runs the same loop over an ASGI socket.
+(``telephony/routes.py``) run one ``run_socket`` per connection over ``AiohttpFrames``,
+with a ``SocketBinding``: the peer's entry points and what to do when the client never
+starts or leaves. The ASGI host (``asgi/``) runs the same loop over an ASGI socket.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from aiohttp import WSMsgType, web
 
-from .connection import Connection
-from .hosting import HttpAnswer, SocketBinding, run_socket
-from .outbox import Outbox
+from .hosting import HttpAnswer
 
-__all__ = ["AiohttpFrames", "respond", "serve_socket"]
+__all__ = ["AiohttpFrames", "respond"]
 
 logger = logging.getLogger("rejoinder.io")
 
@@ -59,38 +56,6 @@ class AiohttpFrames:
 
     async def close(self, code: int, reason: str) -> None:
         await self._ws.close(code=code, message=reason.encode())
-
-
-async def serve_socket(
-    ws: web.WebSocketResponse,
-    outbox: Outbox,
-    *,
-    receive_text: Callable[[str], Connection | None],
-    receive_bytes: Callable[[bytes], None],
-    run_agent: Callable[[Connection], Awaitable[None]],
-    no_start: Callable[[], None],
-    left: Callable[[], None],
-    start_timeout: float,
-    close_timeout: float,
-    name: str,
-) -> None:
-    """Read ``ws`` until it closes (``hosting.run_socket``): text and binary frames go to
-    the peer; the ``Connection`` a text frame returns (the client's start) gets
-    ``run_agent``. Without one within ``start_timeout`` seconds, ``no_start()``. When the
-    socket is done, ``left()``, then the agent gets ``close_timeout`` seconds to finish and
-    the writer five, and the socket is closed."""
-    binding = SocketBinding(
-        outbox=outbox,
-        receive_text=receive_text,
-        receive_bytes=receive_bytes,
-        run_agent=run_agent,
-        no_start=no_start,
-        left=left,
-        start_timeout=start_timeout,
-        close_timeout=close_timeout,
-        name=name,
-    )
-    await run_socket(AiohttpFrames(ws, name), binding)
 
 
 def respond(answer: HttpAnswer) -> web.Response:

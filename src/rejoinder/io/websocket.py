@@ -24,6 +24,7 @@ from aiohttp import web
 
 from ..models.audio import AudioFrame
 from .connection import Connection, Entrypoint, PushAudioInput
+from .hosting import SocketBinding, run_socket
 from .outbox import CloseRequest, Outbox
 from .playback import ReportedPlayback
 from .protocol import (
@@ -38,7 +39,7 @@ from .protocol import (
     encode,
     parse_client_message,
 )
-from .socket_loop import serve_socket
+from .socket_loop import AiohttpFrames
 
 __all__ = [
     "CloseRequest",
@@ -217,27 +218,43 @@ def websocket_handler(
             heartbeat=opts.heartbeat, max_msg_size=opts.max_frame_bytes, autoping=True
         )
         await ws.prepare(request)
-        peer = WebSocketPeer(opts, remote=request.remote, query=dict(request.query))
-
-        def no_start() -> None:
-            if peer.connection is None:
-                peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
-
-        await serve_socket(
-            ws,
-            peer.outbox,
-            receive_text=peer.receive_text,
-            receive_bytes=peer.receive_bytes,
-            run_agent=lambda conn: run_client_agent(runner, entrypoint, conn, peer),
-            no_start=no_start,
-            left=peer.client_left,
-            start_timeout=opts.start_timeout,
-            close_timeout=opts.close_timeout,
-            name="ws",
+        _, binding = client_socket(
+            entrypoint, opts, runner, remote=request.remote, query=dict(request.query)
         )
+        await run_socket(AiohttpFrames(ws, "ws"), binding)
         return ws
 
     return handle
+
+
+def client_socket(
+    entrypoint: Entrypoint,
+    opts: WebSocketOptions,
+    runner: Runner,
+    *,
+    remote: str | None,
+    query: dict[str, str],
+) -> tuple[WebSocketPeer, SocketBinding]:
+    """One protocol v1 client, as either host plugs it into the socket loop: its peer,
+    and what the loop does with its frames, its start and its leaving."""
+    peer = WebSocketPeer(opts, remote=remote, query=query)
+
+    def no_start() -> None:
+        if peer.connection is None:
+            peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
+
+    binding = SocketBinding(
+        outbox=peer.outbox,
+        receive_text=peer.receive_text,
+        receive_bytes=peer.receive_bytes,
+        run_agent=lambda conn: run_client_agent(runner, entrypoint, conn, peer),
+        no_start=no_start,
+        left=peer.client_left,
+        start_timeout=opts.start_timeout,
+        close_timeout=opts.close_timeout,
+        name="ws",
+    )
+    return peer, binding
 
 
 async def run_client_agent(

@@ -3,7 +3,6 @@ browser page and the inspection routes."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 
@@ -48,30 +47,14 @@ def _constant(answer: HttpAnswer) -> Callable[[Request], HttpAnswer]:
 
 
 def inspect_routes(gate: SessionGate[Connection]) -> list[BaseRoute]:
-    from ...session.timeline import json_safe
-    from ..inspect import describe_session
+    from ..inspect import sessions_answer, timeline_answer
 
     def sessions(_request: Request) -> HttpAnswer:
-        return HttpAnswer.json({"sessions": [describe_session(c) for c in gate.connections]})
+        return sessions_answer(gate)
 
     def timeline(request: Request) -> HttpAnswer:
         wanted = request.path_params["id"]
-        conn = next(
-            (c for c in gate.connections if c.session is not None and c.session.id == wanted),
-            None,
-        )
-        if conn is None or conn.session is None:
-            return HttpAnswer.json({"error": f"no live session {wanted!r}"}, status=404)
-        try:
-            since = float(request.query_params.get("since", "-inf"))
-        except ValueError:
-            return HttpAnswer.json({"error": "since must be a number"}, status=400)
-        lines = [
-            json.dumps(json_safe(e), separators=(",", ":"))
-            for e in conn.session.timeline.entries()
-            if e["t"] >= since
-        ]
-        return HttpAnswer(200, "\n".join(lines) + ("\n" if lines else ""), "application/x-ndjson")
+        return timeline_answer(gate, wanted, request.query_params.get("since"))
 
     return [
         Route("/sessions", answering(sessions)),

@@ -13,8 +13,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import HttpAnswer, SocketBinding, first_values, refused_answer, run_socket
-from ..protocol import CloseCode, ErrorCode
-from ..websocket import WebSocketOptions, WebSocketPeer, run_client_agent
+from ..protocol import CloseCode
+from ..websocket import WebSocketOptions, WebSocketPeer
+from ..websocket import client_socket as shared_client_socket
 from .http import response
 
 __all__ = ["AsgiFrames", "client_route", "deny", "remote"]
@@ -118,27 +119,9 @@ def client_socket(
     run: Callable[[Entrypoint, Connection], Awaitable[None]],
     ws: WebSocket,
 ) -> tuple[WebSocketPeer, SocketBinding]:
-    """One protocol v1 client: its peer, plugged into the socket loop as
-    ``websocket.websocket_handler`` plugs it on aiohttp."""
+    """One protocol v1 client, wired as ``websocket.client_socket`` wires it on aiohttp."""
     query = first_values(ws.query_params.multi_items())
-    peer = WebSocketPeer(opts, remote=remote(ws), query=query)
-
-    def no_start() -> None:
-        if peer.connection is None:
-            peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
-
-    binding = SocketBinding(
-        outbox=peer.outbox,
-        receive_text=peer.receive_text,
-        receive_bytes=peer.receive_bytes,
-        run_agent=lambda conn: run_client_agent(run, entrypoint, conn, peer),
-        no_start=no_start,
-        left=peer.client_left,
-        start_timeout=opts.start_timeout,
-        close_timeout=opts.close_timeout,
-        name="ws",
-    )
-    return peer, binding
+    return shared_client_socket(entrypoint, opts, run, remote=remote(ws), query=query)
 
 
 def client_route(
