@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -28,12 +29,14 @@ for _thread in threading.enumerate():  # the demo loads Whisper and Piper in the
 
 
 def _node() -> str:
+    """The Ray node this replica runs on ("" outside Ray: Ray is not imported then)."""
+    ray = sys.modules.get("ray")
     try:
-        import ray
-
-        return str(ray.get_runtime_context().get_node_id())
+        if ray is not None and ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
     except Exception:
-        return ""
+        pass
+    return ""
 
 
 NODE = _node()

@@ -46,6 +46,8 @@ pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(280)]
 K = 2
 """Sessions per replica."""
 PORT = 8765
+METRICS_PORT = 8767
+"""The head node's Ray metrics endpoint (Prometheus), where replicas' metrics appear."""
 AGENT = str(Path(__file__).with_name("agent.py"))
 FIGURES = os.environ.get("REJOINDER_SCALE_REPORT")
 
@@ -125,7 +127,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     started = time.perf_counter()
     cluster = cluster_utils.Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 1,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "metrics_export_port": METRICS_PORT,
+            "_system_config": {"metrics_report_interval_ms": 1000},
+        },
     )
     procs.note(cluster.head_node)
     try:
@@ -163,6 +171,21 @@ def _landed(log: Path) -> dict[str, dict[str, Any]]:
             entry = json.loads(line)
             out[str(entry["client"])] = entry
     return out
+
+
+async def _ray_metric(http: aiohttp.ClientSession, name: str, within: float = 30) -> list[str]:
+    """The samples of ``name`` on the head node's Ray metrics endpoint, once there."""
+    deadline = time.perf_counter() + within
+    while True:
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(f"http://127.0.0.1:{METRICS_PORT}/metrics") as response:
+                text = await response.text()
+            lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+            if lines:
+                return lines
+        if time.perf_counter() > deadline:
+            raise AssertionError(f"no {name} on the Ray metrics endpoint")
+        await asyncio.sleep(1.0)
 
 
 # ---------------------------------------------------------------------- tests
@@ -220,11 +243,15 @@ async def test_autoscale_then_lose_a_node(cluster: dict[str, Any]) -> None:
         cluster["procs"].note(c.head_node, worker)
         cluster["procs"].pids |= first_pids | second_pids
 
-        # Both groups answer; the first K never moved.
+        # Both groups answer; the first K never moved. Meanwhile: the head's replica
+        # reports its sessions on the node's Ray metrics endpoint, tagged by replica.
         everyone = first + second
+        scraped = asyncio.create_task(_ray_metric(http, "ray_rejoinder_replica_sessions_live"))
         answers = await asyncio.gather(
             *(c.ask(*questions[(i + 1) % len(questions)]) for i, c in enumerate(everyone))
         )
+        samples = await scraped
+        assert any('replica="' in line and line.endswith(f" {K}.0") for line in samples), samples
         figures["latency_two_replicas_s"] = [round(a.latency, 3) for a in answers]
         assert not any(c.closed.is_set() for c in everyone)
         assert _landed(log)[first[0].name]["pid"] in first_pids
