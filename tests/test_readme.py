@@ -171,6 +171,10 @@ flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if fragment else 0
 code = compile(source, "README.md", "exec", flags=flags, dont_inherit=True)
 
 
+async def _entrypoint(conn):
+    await conn.serve(None, None)
+
+
 def stand_in(name):
     from rejoinder import testing
     makers = {
@@ -180,6 +184,7 @@ def stand_in(name):
         "vad": lambda: testing.ScriptedVAD(),
         "stt": lambda: testing.ScriptedSTT(["hello"]),
         "tts": lambda: testing.ScriptedTTS(),
+        "entrypoint": lambda: _entrypoint,
     }
     return makers[name]()
 
