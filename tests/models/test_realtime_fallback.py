@@ -186,7 +186,9 @@ async def test_with_probing_off_a_failed_model_is_retried_by_a_later_start(
     assert s1.active_model is second and not model.probing(first)
     assert_no_probe_task()
     primary.refuse_connections = False
-    await advance(10.0)
+    # A hair past retry_after: the failure's time carries the retries' random jitter, and
+    # time + 10.0 can round a last bit above the loop time 10 s later.
+    await advance(10.001)
     assert primary.connections == 0  # nothing ran in the background
     assert model.available(first)  # half-open: the next start tries it
     s2 = model.session()
