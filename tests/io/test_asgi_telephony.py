@@ -93,6 +93,9 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:  #
             await asyncio.sleep(0.01)
 
 
+# On ASGI only: the aiohttp host runs the same call in test_telephony_call.py (h1, h2),
+# and these run in real time.
+@pytest.mark.parametrize("host", ["asgi"], indirect=True)
 async def test_a_call_is_answered_and_speaking_follows_the_echoed_marks(host: Start) -> None:
     calls = Calls()
     served = await phone_host(host, calls, [[REPLY]], ["What time is it in Paris?"])
@@ -124,6 +127,9 @@ async def test_a_call_is_answered_and_speaking_follows_the_echoed_marks(host: St
     assert calls.closes[0] == ["call ended"]
 
 
+# On ASGI only: the aiohttp host runs the same call in test_telephony_call.py (h1, h2),
+# and these run in real time.
+@pytest.mark.parametrize("host", ["asgi"], indirect=True)
 async def test_a_barge_in_clears_the_line_and_the_history_keeps_what_was_heard(
     host: Start,
 ) -> None:
