@@ -22,12 +22,12 @@ from ..models import LLM, ChatContext
 from ..models.chat import new_id
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
-from ..models.stt import StreamingSTT
 from ..models.turn_detector import TurnDetector
 from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_stack import AgentStack
 from .agent_task import running_host
+from .arguments import MODES, check_free_recognizer, check_options, require
 from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
 from .events import (
     CloseEvent,
@@ -61,8 +61,6 @@ logger = logging.getLogger("rejoinder")
 Userdata = TypeVar("Userdata")
 
 DTMF_KEYS = "0123456789*#ABCD"
-MODES = ("vad", "manual")
-"""The turn detection modes that are not a ``TurnDetector``."""
 
 
 class AgentSession(Generic[Userdata]):
@@ -90,16 +88,12 @@ class AgentSession(Generic[Userdata]):
         close_timeout: float = 5.0,
         answer_timeout: float = 5.0,
     ) -> None:
-        if max_tool_steps < 0:
-            raise ValueError("max_tool_steps must be >= 0")
-        if close_timeout <= 0:
-            raise ValueError("close_timeout must be positive")
-        if not answer_timeout > 0:
-            raise ValueError("answer_timeout must be positive")
-        if not isinstance(turn_detection, TurnDetector) and turn_detection not in MODES:
-            raise ValueError(
-                f'turn_detection must be "vad", "manual" or a TurnDetector, got {turn_detection!r}'
-            )
+        check_options(
+            max_tool_steps=max_tool_steps,
+            close_timeout=close_timeout,
+            answer_timeout=answer_timeout,
+            turn_detection=turn_detection,
+        )
         self.llm = llm
         self.tools: list[FunctionTool] = list(tools)
         """Session-scoped tools: offered to every agent, so they survive handoffs (an
@@ -224,13 +218,7 @@ class AgentSession(Generic[Userdata]):
         if self._root is not None:
             raise RuntimeError("the session was already started")
         loop = asyncio.get_running_loop()
-        if isinstance(self.stt, StreamingSTT) and ModelClaims.in_use(self.stt):
-            # It holds one utterance stream (and a streaming provider one connection):
-            # two sessions' microphones would be transcribed as one.
-            raise RuntimeError(
-                f"{type(self.stt).__name__} is a streaming recognizer already used by a "
-                "running session; give each session its own"
-            )
+        check_free_recognizer(self.stt)
         detector = self.options.turn_detection
         self._models.claim(
             (self.llm, self.stt, self.tts, self.vad, detector if detector not in MODES else None)
@@ -371,7 +359,7 @@ class AgentSession(Generic[Userdata]):
         Safe to call from inside a tool or hook: the close runs in its own task, which
         the agent being stopped does not own. ``reason`` goes to the ``close`` event (the
         first reason given wins)."""
-        _require(reason, str, "reason")
+        require(reason, str, "reason")
         self._close_reason = self._close_reason or reason
         if self._close_task is None:
             self._begin_close()
@@ -423,8 +411,8 @@ class AgentSession(Generic[Userdata]):
         phone call, a hook, the app. With ``drain``, what the agent is saying (its
         current and queued speech, tool follow-ups included) plays out first, for at most
         ``timeout`` seconds; then the session closes as ``aclose`` does."""
-        _require(drain, bool, "drain")
-        _require(reason, str, "reason")
+        require(drain, bool, "drain")
+        require(reason, str, "reason")
         if self._close_task is not None or self._shutdown is not None:
             return
         self._close_reason = self._close_reason or reason
@@ -444,7 +432,7 @@ class AgentSession(Generic[Userdata]):
         """Keys the user pressed on a phone keypad (telephony transports call this; so
         can tests and other inputs): one ``dtmf`` event per key, in order, and the user
         counts as present. Raises ``ValueError`` for anything but ``0-9 * # A-D``."""
-        _require(digits, str, "digits")
+        require(digits, str, "digits")
         keys = digits.upper()
         if not keys or keys.strip(DTMF_KEYS):
             raise ValueError(f"DTMF digits are 0-9, *, # and A-D; got {digits!r:.40}")
@@ -467,8 +455,8 @@ class AgentSession(Generic[Userdata]):
     # -------------------------------------------------------------- replies
 
     def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
-        _require(text, str, "say() text")
-        _require(allow_interruptions, (bool, type(None)), "allow_interruptions")
+        require(text, str, "say() text")
+        require(allow_interruptions, (bool, type(None)), "allow_interruptions")
         if self._realtime is not None and self.tts is None:
             raise RuntimeError(
                 "say() speaks text through a TTS; this session's realtime model voices its "
@@ -485,9 +473,9 @@ class AgentSession(Generic[Userdata]):
         instructions: str | None = None,
         allow_interruptions: bool | None = None,
     ) -> SpeechHandle:
-        _require(user_input, (str, type(None)), "user_input")
-        _require(instructions, (str, type(None)), "instructions")
-        _require(allow_interruptions, (bool, type(None)), "allow_interruptions")
+        require(user_input, (str, type(None)), "user_input")
+        require(instructions, (str, type(None)), "instructions")
+        require(allow_interruptions, (bool, type(None)), "allow_interruptions")
         if self._realtime is not None:
             self._running_activity()  # raises if the session is not running
             return self._realtime.generate_reply(instructions, user_input)
@@ -540,7 +528,7 @@ class AgentSession(Generic[Userdata]):
         more and is ``listening`` (the reply, its tool follow-ups and any handoff are
         done; or an ``AgentTask`` asked something and waits for the user's answer, in
         which case the reply resumes after a later input). Returns what happened."""
-        _require(user_input, str, "user_input")
+        require(user_input, str, "user_input")
         result = RunResult(user_input=user_input)
         handle = self.generate_reply(user_input=user_input)
         # Subscribed after the input was recorded, before the reply can produce anything.
@@ -624,17 +612,3 @@ class AgentSession(Generic[Userdata]):
 
     def _is_closing(self) -> bool:
         return self._close_task is not None
-
-
-def _require(value: object, kind: type | tuple[type, ...], what: str) -> None:
-    """A wrong-typed argument is the caller's bug: say so at the call site."""
-    # bool is an int; an int is never accepted where a bool is asked for, and vice versa.
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-        names = " or ".join(k.__name__ for k in _kinds(kind) if k is not type(None))
-        if type(None) in _kinds(kind):
-            names += " or None"
-        raise TypeError(f"{what} must be {names}, got {type(value).__name__}: {value!r:.60}")
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
