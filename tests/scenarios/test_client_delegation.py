@@ -118,6 +118,8 @@ async def test_a_delegation_is_answered_by_the_agents_llm_and_tools(
     outputs = [i for i in rig.session.history.items if isinstance(i, rj.FunctionCallOutput)]
     assert [c.name for c in calls] == ["get_weather"]
     assert [o.output for o in outputs] == ["18 C and sunny in Paris"]
+    # and in the agent's own context: the next delegation is answered knowing it
+    assert [i.name for i in agent.chat_ctx if isinstance(i, rj.FunctionCall)] == ["get_weather"]
     # The timeline tells the story: the debt handed over to the answer, then to audio.
     story = [
         (e["kind"], e["ob"])

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import ChatContext, ChatMessage, FunctionCall, LLMError
+from ..models import ChatContext, ChatMessage, FunctionCall, FunctionCallOutput, LLMError
 from .run_context import RunContext
 from .speech import SpeechHandle
 from .tool_runner import invoke_tool
@@ -97,11 +97,17 @@ class ClientDelegation:
                 return "".join(text).strip()
             for call in calls:
                 context.append(call)
-                ctx.record(call)
+                self._record(call)
                 outcome = await invoke_tool(ctx, call, tools.get(call.name), _context(ctx, call))
                 context.append(outcome.output)
-                ctx.record(outcome.output)
+                self._record(outcome.output)
         raise LLMError("the delegated answer used up max_tool_steps without a final text")
+
+    def _record(self, item: FunctionCall | FunctionCallOutput) -> None:
+        # As the realtime driver records its tool calls: the agent's context (which the
+        # next delegation is answered from) and the session history.
+        self.agent.chat_ctx.append(item)
+        self._ctx.record(item)
 
 
 @dataclass(eq=False, slots=True)
