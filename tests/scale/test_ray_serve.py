@@ -51,10 +51,6 @@ METRICS_PORT = 8767
 AGENT = str(Path(__file__).with_name("agent.py"))
 FIGURES = os.environ.get("REJOINDER_SCALE_REPORT")
 
-# The autoscaler hears of load every second (default 10 s), before any Ray process starts.
-os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
-os.environ.setdefault("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
-os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 use_in_proxy()  # a lost replica's sessions get a close frame
 
@@ -180,7 +176,7 @@ async def _ray_metric(http: aiohttp.ClientSession, name: str, within: float = 30
         with contextlib.suppress(aiohttp.ClientError):
             async with http.get(f"http://127.0.0.1:{METRICS_PORT}/metrics") as response:
                 text = await response.text()
-            lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+            lines = [line for line in text.splitlines() if line.startswith(name)]
             if lines:
                 return lines
         if time.perf_counter() > deadline:
@@ -251,6 +247,9 @@ async def test_autoscale_then_lose_a_node(cluster: dict[str, Any]) -> None:
             *(c.ask(*questions[(i + 1) % len(questions)]) for i, c in enumerate(everyone))
         )
         samples = await scraped
+        figures["ray_metrics"] = sorted(
+            {line.split("{")[0] for line in await _ray_metric(http, "ray_rejoinder_replica")}
+        )
         assert any('replica="' in line and line.endswith(f" {K}.0") for line in samples), samples
         figures["latency_two_replicas_s"] = [round(a.latency, 3) for a in answers]
         assert not any(c.closed.is_set() for c in everyone)

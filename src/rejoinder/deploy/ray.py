@@ -27,11 +27,10 @@ as one ongoing request for as long as it is open, so:
   endpoint, which answers even when every replica is full (a ``/metrics`` request through
   the proxy waits for a free place like any request).
 
-The autoscaler's reaction time is set by ``upscale_delay_s`` and ``look_back_period_s``
-here, and by how often replicas and the proxy report their load to Serve's controller
-(the environment variables ``RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S`` and
-``RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S``, 10 s by default; set them for the
-Ray cluster's processes, before ``ray start``).
+The autoscaler's reaction time is set by ``look_back_period_s`` and ``upscale_delay_s``,
+and by how often replicas and the proxy report their load to Serve's controller: Serve
+2.60 still takes that from the deployment's (deprecated) ``metrics_interval_s``, which is
+set here to half the look-back window (Serve's own default is 10 s).
 
 Needs the ``ray`` extra (``pip install 'rejoinder[ray]'``). The agent file must be at the
 same path on every node (or ship it with ``ray_actor_options={"runtime_env": ...}``).
@@ -46,6 +45,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -150,7 +150,8 @@ def autoscaling_config(options: RayOptions) -> dict[str, Any]:
         "upscale_delay_s": options.upscale_delay_s,
         "downscale_delay_s": options.downscale_delay_s,
         "look_back_period_s": options.look_back_period_s,
-        # deprecated by Serve, but still checked to be under look_back_period_s
+        # Deprecated by Serve, but in 2.60 still how often replicas and the proxy report
+        # their load (default 10 s), and checked to be under look_back_period_s.
         "metrics_interval_s": min(10.0, options.look_back_period_s / 2),
     }
     if options.initial_replicas is not None:
@@ -282,9 +283,10 @@ class RejoinderReplica:
                 closed,
             )
 
-    async def __del__(self) -> None:
-        """Serve calls it when the replica stops (after its requests ended, or the
-        drain is over): close whatever is still live."""
+    async def aclose(self) -> None:
+        """Stop watching and close whatever is still live (outside Serve: tests). In a
+        replica there is nothing left by then: Serve stops a replica only once its
+        requests (sessions) ended, which the watcher bounds."""
         watcher = self._rejoinder_watcher
         if watcher is not None and not watcher.done():
             watcher.cancel()
@@ -488,6 +490,12 @@ def run(
     return serve.run(build_app(options), name=name, route_prefix="/")
 
 
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
 def serve_until_signalled(
     options: RayOptions,
     *,
@@ -495,13 +503,14 @@ def serve_until_signalled(
     port: int,
     address: str | None = None,
     name: str = "rejoinder",
-    say: Any = print,
+    say: Any = None,
 ) -> int:
     """``rejoinder serve --ray``: deploy, then wait for SIGINT/SIGTERM and delete the
     application (its replicas drain as on a scale-down), then disconnect."""
     ray = _module("ray")
     serve = _module("ray.serve")
     started_ray = not ray.is_initialized()
+    say = say or _say
     run(options, host=host, port=port, address=address, name=name)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     say(
