@@ -154,9 +154,13 @@ class MemoryAudioInput(AudioInput):
             await self.push(AudioFrame(chunk, self.sample_rate))
 
     async def push_silence(self, seconds: float) -> None:
-        samples = round(seconds * self.sample_rate)
-        zeros = np.zeros(samples, np.int16)
-        await self.push_pcm(zeros.tobytes())
+        # Frame by frame: an hour of silence (a rig's background feed) would otherwise be
+        # hundreds of MB held at once, for as long as any of its frames lived.
+        remaining = round(seconds * self.sample_rate)
+        while remaining > 0:
+            samples = min(remaining, self._frame_samples)
+            await self.push(AudioFrame(np.zeros(samples, np.int16), self.sample_rate))
+            remaining -= samples
 
     def close(self) -> None:
         self._queue.put_nowait(None)
