@@ -39,7 +39,7 @@ steps = st.lists(
 
 
 @settings(
-    max_examples=8,  # + the explicit examples; the suite's time budget
+    max_examples=25,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
