@@ -271,3 +271,35 @@ def test_typed_and_dict_payloads_watchdogs_and_unsubscribing() -> None:
     final = samples_of(metrics)
     assert value(final, "rejoinder_obligations_expired_total", kind="hold") == 1
     assert value(final, "rejoinder_errors_total", source="tts") == 1
+
+
+def test_constant_labels_go_on_every_sample_of_both_hosts() -> None:
+    from rejoinder.io.asgi import create_asgi_app
+
+    labels = {"replica": "r-1", "region": "eu"}
+    plain = ServerMetrics(SessionGate())
+    labelled = ServerMetrics(SessionGate(), labels=labels)
+    plain.turns.inc()
+    labelled.turns.inc()
+
+    def samples(metrics: ServerMetrics) -> list[Any]:
+        text = metrics.render().decode()
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    assert all(s.labels.items() >= labels.items() for s in samples(labelled))
+    assert not any("replica" in s.labels for s in samples(plain))
+
+    # the same samples and values, labels aside (creation times differ by microseconds)
+    def values(metrics: ServerMetrics) -> list[tuple[str, float]]:
+        return sorted((s.name, s.value) for s in samples(metrics) if "_created" not in s.name)
+
+    assert values(labelled) == values(plain)
+
+    async def entrypoint(conn: Connection) -> None:
+        raise AssertionError("not called")
+
+    for app_metrics in (
+        create_app(entrypoint, metrics_labels=labels)[METRICS],
+        create_asgi_app(entrypoint, metrics_labels=labels).state.metrics,
+    ):
+        assert all(s.labels.items() >= labels.items() for s in samples(app_metrics))

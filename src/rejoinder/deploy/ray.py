@@ -47,7 +47,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -228,6 +228,7 @@ class RejoinderReplica:
 
         options = self.rejoinder_options
         entrypoint = await asyncio.to_thread(load_entrypoint, options.path)
+        self.rejoinder_labels = _replica_labels()
         self.rejoinder_app = create_asgi_app(
             entrypoint,
             max_sessions=options.sessions_per_replica,
@@ -235,9 +236,8 @@ class RejoinderReplica:
             public_url=options.public_url,
             twilio_auth_token=options.twilio_auth_token,
             inspect=options.inspect,
+            metrics_labels=self.rejoinder_labels,
         )
-        self.rejoinder_labels = _replica_labels()
-        _add_labelled_metrics(self.rejoinder_app, self.rejoinder_labels)
         self.rejoinder_drained = asyncio.Event()
         self._rejoinder_watcher = asyncio.create_task(self._watch(), name="rejoinder-replica-watch")
         return self.rejoinder_app
@@ -294,46 +294,6 @@ class RejoinderReplica:
                 await watcher
         if self.rejoinder_app is not None and self.rejoinder_app.state.gate.live:
             await self.rejoinder_app.state.gate.drain(0)
-
-
-def _add_labelled_metrics(app: Any, labels: Mapping[str, str]) -> None:
-    """``GET /metrics`` on the replica: the app's metrics with ``labels`` on every
-    sample (put in front of the app's own ``/metrics`` route)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Labelled(app.state.metrics.registry, dict(labels)))
-
-    async def metrics(_request: Request) -> Response:
-        return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app.router.routes.insert(0, Route("/metrics", metrics))
-
-
-class _Labelled:
-    """A collector that yields another registry's metrics with constant labels added."""
-
-    def __init__(self, source: Any, labels: dict[str, str]) -> None:
-        self._source = source
-        self._labels = labels
-
-    def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import Metric
-
-        for metric in self._source.collect():
-            out = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-            for sample in metric.samples:
-                out.add_sample(
-                    sample.name,
-                    {**self._labels, **sample.labels},
-                    sample.value,
-                    sample.timestamp,
-                    sample.exemplar,
-                )
-            yield out
 
 
 class _RayMetrics:

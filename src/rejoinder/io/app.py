@@ -22,7 +22,7 @@ the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -77,6 +77,7 @@ def create_app(
     telephony: Sequence[str] = (),
     telephony_options: TelephonyOptions | None = None,
     inspect: bool = False,
+    metrics_labels: Mapping[str, str] | None = None,
 ) -> web.Application:
     """An application serving ``entrypoint`` (called once per client connection).
 
@@ -87,12 +88,13 @@ def create_app(
     the browser page at ``GET /``. ``telephony``: phone providers to serve (``"twilio"``,
     ``"telnyx"``, ``"plivo"``), with ``telephony_options``. ``inspect``: mount
     ``GET /sessions`` (what each live session owes, and its timeline; see
-    ``rejoinder.io.inspect``).
+    ``rejoinder.io.inspect``). ``metrics_labels``: constant labels on every ``/metrics``
+    sample (``{"replica": ...}``).
     """
     gate = host_gate(max_sessions, gate)
     app = web.Application()
     app[GATE] = gate
-    app[METRICS] = server_metrics = ServerMetrics(gate)
+    app[METRICS] = server_metrics = ServerMetrics(gate, labels=metrics_labels)
     entrypoint = observed(entrypoint, server_metrics)
 
     ws_handler = websocket_handler(entrypoint, websocket, run=gate.run)

@@ -105,9 +105,17 @@ class _GateCollector(Collector):
 class ServerMetrics:
     """The metrics of one application (see the module docstring)."""
 
-    def __init__(self, gate: SessionGate[Connection]) -> None:
+    def __init__(
+        self, gate: SessionGate[Connection], *, labels: Mapping[str, str] | None = None
+    ) -> None:
+        """``labels``: constant labels on every sample (a replica's name, a region), so
+        several processes' metrics can be told apart where they are scraped together."""
         self.registry = CollectorRegistry()
         self.registry.register(_GateCollector(gate))
+        self._exposed = self.registry
+        if labels:
+            self._exposed = CollectorRegistry(auto_describe=False)
+            self._exposed.register(_Labelled(self.registry, dict(labels)))
         reg = self.registry
         self.turns = Counter("rejoinder_turns", "User turns taken (spoken or typed).", registry=reg)
         self.voice_latency = Histogram(
@@ -140,7 +148,7 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         """The metrics in the Prometheus text format (``CONTENT_TYPE``)."""
-        return _generate_latest(self.registry)
+        return _generate_latest(self._exposed)
 
     # ------------------------------------------------------------ sessions
 
@@ -259,3 +267,24 @@ def _expired_kind(error: BaseException | None) -> str:
         return str(getattr(kind, "value", kind))
     head, sep, _ = str(error).partition(" obligation ")
     return head.strip() if sep and head.strip() and " " not in head.strip() else "unknown"
+
+
+class _Labelled(Collector):
+    """Another registry's metrics with constant labels added to every sample."""
+
+    def __init__(self, source: CollectorRegistry, labels: dict[str, str]) -> None:
+        self._source = source
+        self._labels = labels
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self._source.collect():
+            out = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            for sample in metric.samples:
+                out.add_sample(
+                    sample.name,
+                    {**self._labels, **sample.labels},
+                    sample.value,
+                    sample.timestamp,
+                    sample.exemplar,
+                )
+            yield out

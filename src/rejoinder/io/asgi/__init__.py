@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "rejoinder.io.asgi needs the asgi extra: pip install 'rejoinder[asgi]'"
     ) from exc
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -77,12 +77,14 @@ def create_asgi_app(
     public_url: str | None = None,
     twilio_auth_token: str | None = None,
     inspect: bool = False,
+    metrics_labels: Mapping[str, str] | None = None,
 ) -> Starlette:
     """A Starlette application serving ``entrypoint`` (called once per connection), with
     ``create_app``'s options (less ``webrtc``). ``public_url`` and ``twilio_auth_token``
-    set those fields of ``telephony_options`` (see ``TelephonyOptions``)."""
+    set those fields of ``telephony_options`` (see ``TelephonyOptions``); ``metrics_labels``
+    are constant labels on every ``/metrics`` sample."""
     gate = host_gate(max_sessions, gate)
-    metrics = ServerMetrics(gate)
+    metrics = ServerMetrics(gate, labels=metrics_labels)
     entrypoint = observed(entrypoint, metrics)
     ws_options = websocket or WebSocketOptions()
 
