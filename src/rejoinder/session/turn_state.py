@@ -9,9 +9,11 @@ re-entrant mutation's effects are queued behind the ones being applied.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Concatenate, ParamSpec
 
 from ..floor import (
     AgentState,
@@ -40,6 +42,27 @@ from .timeline import Timeline
 
 logger = logging.getLogger("rejoinder")
 
+_P = ParamSpec("_P")
+
+
+def _one_step(
+    method: Callable[Concatenate[TurnState, _P], None],
+) -> Callable[Concatenate[TurnState, _P], None]:
+    """One floor step: everything it records is stamped with the time it began."""
+
+    @functools.wraps(method)
+    def step(self: TurnState, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        if self._at is not None:  # nested in a step: the same instant
+            method(self, *args, **kwargs)
+            return
+        self._at = self._loop.time()
+        try:
+            method(self, *args, **kwargs)
+        finally:
+            self._at = None
+
+    return step
+
 
 class ObligationExpiredError(TimeoutError):
     """An obligation outlived its watchdog; the work behind it was stopped."""
@@ -62,6 +85,7 @@ class TurnState:
         state change, in the order the floor saw them (``session.timeline``)."""
         self._events = events
         self._loop = loop
+        self._at: float | None = None
         self._on_expire: dict[int, Callable[[], None]] = {}
         self._away_timer: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -85,7 +109,10 @@ class TurnState:
         return self._floor
 
     def now(self) -> float:
-        return self._loop.time()
+        """The loop's clock — or, inside one floor step, the step's time: a step's floor
+        call, its timeline entries and its state changes carry one time (on the real
+        clock, reading it twice could put an entry after the state change it caused)."""
+        return self._at if self._at is not None else self._loop.time()
 
     async def nothing_open(self) -> None:
         """Wait until no obligation is open (nothing owed, no work for the user)."""
@@ -133,6 +160,7 @@ class TurnState:
         self.open_new(ob)
         return ob
 
+    @_one_step
     def open_new(self, ob: Obligation, *, on_expire: Callable[[], None] | None = None) -> None:
         """Open an obligation made with ``new``."""
         if on_expire is not None:
@@ -141,6 +169,7 @@ class TurnState:
         self._note_opened(ob)
         self._apply(effects)
 
+    @_one_step
     def close(
         self,
         obs: Obligation | Iterable[Obligation],
@@ -157,6 +186,7 @@ class TurnState:
         self._note_closed(was_open)
         self._apply(effects)
 
+    @_one_step
     def hand_over(
         self,
         old: Obligation | Iterable[Obligation],
@@ -179,16 +209,20 @@ class TurnState:
         self._note_closed(was_open)
         self._apply(effects)
 
+    @_one_step
     def set_committed(self, ob: Obligation, committed: bool) -> None:
         self._flag(ob, "committed", committed, self._floor.set_committed(ob, committed, self.now()))
 
+    @_one_step
     def set_audible(self, ob: Obligation, audible: bool) -> None:
         if ob.audible != audible:
             self._flag(ob, "audible", audible, self._floor.set_audible(ob, audible, self.now()))
 
+    @_one_step
     def set_yielded(self, ob: Obligation, yielded: bool) -> None:
         self._flag(ob, "yielded", yielded, self._floor.set_yielded(ob, yielded, self.now()))
 
+    @_one_step
     def set_user_speaking(self, speaking: bool) -> None:
         effects = self._floor.set_user_speaking(speaking, self.now())
         self.note("user_speaking", speaking=speaking)
@@ -315,6 +349,7 @@ class TurnState:
         self._away_timer = None
         self._apply(self._floor.away_timer_fired(self.now()))
 
+    @_one_step
     def _watchdog_fired(self) -> None:
         self._watchdog = None
         self._apply(self._floor.expire_due(self.now()))
