@@ -304,7 +304,7 @@ class WhisperSTT(STT):
         text = str(loaded.tokenizer(language).decode(tokens)).strip()
         if text and _compression_ratio(text) > _COMPRESSION_LIMIT:
             return _Short(None, language, probability)
-        return _Short(text, language, probability)
+        return _Short(collapse_repeats(text), language, probability)
 
     def _transcribe(
         self, model: Any, audio: npt.NDArray[np.float32], language: str | None
@@ -321,7 +321,9 @@ class WhisperSTT(STT):
             temperature=0.0,
         )
         # ``segments`` is a generator: the decoding happens while it is consumed.
-        text = " ".join(t for segment in segments if (t := str(segment.text).strip()))
+        text = collapse_repeats(
+            " ".join(t for segment in segments if (t := str(segment.text).strip()))
+        )
         return text, info
 
 
@@ -379,6 +381,30 @@ class _Loaded:
             prompt = list(self.model.get_prompt(tokenizer, [], without_timestamps=True))
             self._prompts[language] = prompt
         return prompt
+
+
+def collapse_repeats(text: str, *, times: int = 4, longest: int = 4) -> str:
+    """A decoder loop's tail said once: when the text ends with the same run of up to
+    ``longest`` words ``times`` times or more (the last one maybe cut short), keep one.
+    Greedy Whisper falls into such loops on unclear speech ("vous m'a m'a m'a m'a m");
+    a text too short for the compression-ratio check still ends in one."""
+    words = text.split()
+    tails = [words]
+    if len(words) > 1:
+        tails.append(words[:-1])  # the last word may be a repetition cut short
+    for tail in tails:
+        for n in range(1, longest + 1):
+            if len(tail) < n * times:
+                break
+            unit = tail[-n:]
+            if tail is not words and not unit[0].startswith(words[-1]):
+                continue  # what was dropped is not the start of another repetition
+            count, end = 0, len(tail)
+            while end >= n and tail[end - n : end] == unit:
+                count, end = count + 1, end - n
+            if count >= times:
+                return " ".join(tail[:end] + unit)
+    return text
 
 
 def _compression_ratio(text: str) -> float:
