@@ -222,3 +222,16 @@ async def test_a_streaming_recognizer_serves_one_running_session_at_a_time() -> 
         await again.speak(1.0)
         await again.mic.push_silence(1.0)
         assert again.user_turns() == ["Hello there."]
+
+
+def test_a_claim_is_on_the_model_itself_not_on_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session never closed leaves its claims; a new model that happens to get the same
+    id (freed memory is reused) must not look taken."""
+    from rejoinder.session import model_claims
+    from rejoinder.session.model_claims import ModelClaims
+
+    old, new = ScriptedSTT(["a"]), ScriptedSTT(["b"])
+    monkeypatch.setattr(model_claims, "_in_use", {id(new): (old, 1)})  # as after id reuse
+    assert not ModelClaims.in_use(new)
+    ModelClaims().claim([new])
+    assert ModelClaims.in_use(new)

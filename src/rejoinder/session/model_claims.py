@@ -16,8 +16,10 @@ __all__ = ["ModelClaims"]
 
 logger = logging.getLogger("rejoinder")
 
-_in_use: dict[int, int] = {}
-"""How many running sessions use each model (by id)."""
+_in_use: dict[int, tuple[object, int]] = {}
+"""Each model in use (by id, the model itself kept so its id cannot be reused by another
+object while claimed: a session that was never closed must not make a new model look
+taken) and how many running sessions use it."""
 
 
 class ModelClaims:
@@ -29,7 +31,7 @@ class ModelClaims:
     @staticmethod
     def in_use(model: object) -> bool:
         """Whether a running session uses ``model``."""
-        return _in_use.get(id(model), 0) > 0
+        return _users(model) > 0
 
     def claim(self, models: Iterable[object | None]) -> None:
         unique: dict[int, object] = {}
@@ -38,15 +40,15 @@ class ModelClaims:
                 unique.setdefault(id(model), model)
         self._models = list(unique.values())
         for model in self._models:
-            _in_use[id(model)] = _in_use.get(id(model), 0) + 1
+            _in_use[id(model)] = (model, _users(model) + 1)
 
     async def release(self, close_timeout: float) -> None:
         """Give the models back; close those no other running session uses."""
         models, self._models = self._models, []
         for model in models:
-            users = _in_use.get(id(model), 1) - 1
+            users = _users(model) - 1
             if users > 0:
-                _in_use[id(model)] = users
+                _in_use[id(model)] = (model, users)
                 continue
             _in_use.pop(id(model), None)
             close = getattr(model, "aclose", None)
@@ -56,3 +58,8 @@ class ModelClaims:
                 await asyncio.wait_for(close(), close_timeout)
             except Exception as exc:
                 logger.warning("closing %r failed: %r", model, exc)
+
+
+def _users(model: object) -> int:
+    entry = _in_use.get(id(model))
+    return entry[1] if entry is not None and entry[0] is model else 0
