@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .pocketsphinx_stt import PocketSphinxSTT
     from .silero import SileroVAD
     from .smart_turn import SmartTurn
+    from .voice_defaults import voice_session_options
     from .whisper import WhisperSTT
 
 # name -> submodule that defines it
@@ -30,9 +31,18 @@ _EXPORTS = {
     "PocketSphinxSTT": "pocketsphinx_stt",
     "PiperTTS": "piper_tts",
     "SmartTurn": "smart_turn",
+    "voice_session_options": "voice_defaults",
 }
 
-__all__ = ["EspeakTTS", "PiperTTS", "PocketSphinxSTT", "SileroVAD", "SmartTurn", "WhisperSTT"]
+__all__ = [
+    "EspeakTTS",
+    "PiperTTS",
+    "PocketSphinxSTT",
+    "SileroVAD",
+    "SmartTurn",
+    "WhisperSTT",
+    "voice_session_options",
+]
 
 
 def __getattr__(name: str) -> object:

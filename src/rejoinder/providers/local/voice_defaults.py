@@ -1,0 +1,43 @@
+"""The offline voice setup every shipped path uses (``make demo``, ``rejoinder dev`` and
+``serve`` with the example agent, the console with a microphone, phone calls), in one
+place, so what the benchmarks measure is what a user runs.
+
+    session = rj.AgentSession(llm=llm, **local.voice_session_options())
+
+The speech models take seconds to load; pass ``stt=`` / ``tts=`` to share loaded ones
+between sessions. Everything else is small and belongs to one session.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...models.stt import STT
+    from ...models.tts import TTS
+
+
+def voice_session_options(
+    *, stt: STT | None = None, tts: TTS | None = None, phone: bool = False
+) -> dict[str, Any]:
+    """``AgentSession`` keyword arguments for the offline conversation stack.
+
+    Args:
+        stt: the recognizer (default: a new ``WhisperSTT()``).
+        tts: the voice (default: a new ``PiperTTS()``).
+        phone: tuned for the 8 kHz phone band (the caller's audio is narrower and
+            arrives in 20 ms packets with network jitter).
+    """
+    from .piper_tts import PiperTTS
+    from .silero import SileroVAD
+    from .smart_turn import SmartTurn
+    from .whisper import WhisperSTT
+
+    del phone  # the phone band uses the same stack for now
+    return {
+        # The turn model, not a long silence, decides: end utterances quickly.
+        "vad": SileroVAD(min_silence_duration=0.2),
+        "stt": stt if stt is not None else WhisperSTT(),
+        "tts": tts if tts is not None else PiperTTS(),
+        "turn_detection": SmartTurn(),
+    }
