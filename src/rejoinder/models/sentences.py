@@ -26,6 +26,13 @@ A boundary is only decided once the text after it (up to the next visible charac
 arrived, so streaming the text in any chunks gives exactly the sentences that pushing it
 whole gives.
 
+A model that stops writing after a sentence (thinking, streaming a tool call's arguments,
+a slow backend) would leave that sentence waiting for a character that does not come, so
+``release`` gives it up on the caller's word: the caller decides the stream has paused,
+and the pending text is judged as if the next word started with a capital letter (the
+likeliest continuation after a pause at a terminator). Only ``release`` guesses; text that
+keeps flowing is split by the rules above alone.
+
 Why no library: ``pysbd`` (0.3.4, MIT, pure Python, last release February 2021) and
 ``blingfire`` (0.1.8, September 2021, a native library that needs numpy) both segment
 the cases above correctly, but only whole texts: streaming would mean re-segmenting the
@@ -67,6 +74,12 @@ _CANDIDATE = re.compile(
     rf"|(?P<latin>[.!?…]+)"
     r"|(?P<newline>\n)"
 )
+# The last visible character of pending text that may end a sentence (closers included:
+# they follow the terminator). A cheap pre-test for ``SentenceSplitter.release``.
+_ENDS_LIKE_A_SENTENCE = frozenset(f"{_CJK_END}!?！？.…{_CLOSERS}")
+# A token that may go on after a terminator with no space yet: a number ("3." → "3.14"),
+# a URL, an address or a domain ("example." → "example.com").
+_TOKEN_GOES_ON = re.compile(r"[/@:]|\d$|\.\w{2,}")
 _WORD_BEFORE = re.compile(r"(\S+)$")
 _AFTER_CJK = re.compile(f"[{re.escape(_CJK_END + _CLOSERS)}]")
 
@@ -151,12 +164,52 @@ class SentenceSplitter:
         sentences: list[str] = []
         for end in _boundaries(self._text, self._start):
             candidate = self._text[self._start : end].strip()
-            if len(candidate) >= self._min_chars:
+            if not candidate:  # only white space (a blank line): never a "sentence"
+                self._start = end
+            elif len(candidate) >= self._min_chars:
                 sentences.append(candidate)
                 self._start = end
-            elif not candidate:
-                self._start = end
         return sentences
+
+    @property
+    def holding(self) -> bool:
+        """Whether the pending text ends like a sentence (a terminator, maybe closers and
+        white space after it), so that ``release`` may give it up. Cheap: it looks at the
+        last visible character only."""
+        text, i = self._text, len(self._text)
+        while i > self._start and text[i - 1].isspace():
+            i -= 1
+        return i > self._start and text[i - 1] in _ENDS_LIKE_A_SENTENCE
+
+    def release(self) -> str:
+        """The stream has paused: the pending text if it ends a sentence that is only
+        waiting for the text after it, judged as if the next word were capitalised; else
+        "". What is returned is no longer pending. A fragment shorter than ``min_chars``
+        is released too: after a pause, speaking it now beats waiting to merge it.
+
+        With no white space after the terminator yet, a token that may go on ("3.",
+        "example.", "http://a.b/c?") is kept: the pause may be inside it."""
+        text, start = self._text, self._start
+        end = len(text.rstrip())
+        if end <= start or text[end - 1] not in _ENDS_LIKE_A_SENTENCE:
+            return ""
+        # Boundaries come in increasing order: the largest is the last one.
+        if max(_boundaries(text[:end] + " X", start), default=-1) != end:
+            return ""  # not a sentence end even before a capital: "e.g.", "Dr.", "..."
+        if end == len(text) and self._token_may_go_on(end):
+            return ""
+        self._start = end
+        return text[start:end].strip()
+
+    def _token_may_go_on(self, end: int) -> bool:
+        text, i = self._text, end
+        while i > self._start and text[i - 1] in _CLOSERS:
+            i -= 1
+        if text[i - 1] not in ".!?…":
+            return False  # a CJK terminator needs no space after it
+        while i > self._start and text[i - 1] in ".!?…":
+            i -= 1
+        return _TOKEN_GOES_ON.search(_token_before(text, i)) is not None
 
     def flush(self) -> str:
         rest = self._text[self._start :].strip()
