@@ -1,6 +1,6 @@
 """AgentStack: which agent is current, which callers wait paused on a task, and every switch.
 
-Every change of the current agent goes through here (DESIGN.md §1b): the first agent,
+Every change of the current agent goes through here: the first agent,
 a handoff (a tool returning an ``Agent``, inline or from the background; a realtime
 tool doing the same; ``session.update_agent``), and an ``AgentTask`` starting,
 completing, failing or being cancelled, nested or not. No other module changes which
@@ -16,6 +16,12 @@ agent is current. Each switch is a sequence of floor hand-overs:
   and if it queued nothing the agent is truly ``listening``;
 * a task's completion makes its caller current again in the same floor step (the
   caller's waiting tool counts again before the task's work stops counting).
+
+Once a task's agent has left, however the task ended (completed, failed, cancelled,
+abandoned by its awaiting tool, ended with an outer task, stranded by a handoff or the
+session closing), what was said in it goes into its caller's context, innermost task
+first, in speaking order (``task_conversation``): the caller's model reads the task's
+question and the user's answer before its waiting call and that call's output.
 
 Output ownership moves with the switch: the outgoing agent's unheard speech is dropped
 (resolved as interrupted), what the user is already hearing finishes (bounded) before
@@ -35,11 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import AgentHandoff, ChatItem, ChatMessage, ToolError
+from ..models import AgentHandoff, ToolError
 from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_task import AgentTask, TaskHost
 from .context import SessionContext
+from .task_conversation import answered_calls, merge_conversation
 
 logger = logging.getLogger("rejoinder")
 
@@ -55,7 +62,11 @@ class _Frame:
     task: AgentTask[Any]
     pending: Obligation
     """The session's ``handoff`` obligation covering the task's entry."""
+    answered: frozenset[str]
+    """The calls the caller's context had outputs for when the task began: the task's
+    conversation goes before the others (see ``task_conversation``)."""
     ended: bool = False
+    merged: bool = False
     finished: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -146,6 +157,9 @@ class AgentStack(TaskHost):
                 self._strand(frame, f"the task {frame.task.id} ended: the agent was replaced")
             for activity in leaving:  # innermost first
                 await self._leave(activity)
+            # The callers leave too, but their agents keep their contexts (an app may
+            # bring one back): each still gets what was said in the task it awaited.
+            self._merge(frames)
             if self._ctx.closing:
                 return
             self._on_agent_changed(agent)
@@ -173,7 +187,7 @@ class AgentStack(TaskHost):
         pending = self._state.new(ObligationKind.HANDOFF, SESSION_OWNER, label=f"task {task.id}")
         self._state.open_new(pending)
         activity = self._activity_for(task)
-        frame = _Frame(caller, activity, task, pending)
+        frame = _Frame(caller, activity, task, pending, answered_calls(caller.agent.chat_ctx.items))
         self._frames.append(frame)
         self._make_current(activity)
         cut = caller.pause()
@@ -228,14 +242,17 @@ class AgentStack(TaskHost):
             for nested in reversed(inner):
                 await self._leave(nested.activity)
             await self._leave(frame.activity)
+            # After the leaves: the task's last words are on record once they played.
+            # Nested tasks first, so what the user said to them reaches this caller too.
+            self._merge([frame, *inner])
             caller = frame.caller.agent
-            caller.chat_ctx.items.extend(_conversation(frame.task.chat_ctx.items))
             if not self._ctx.closing:
                 self._ctx.record(AgentHandoff(old_agent_id=frame.task.id, new_agent_id=caller.id))
                 if self._current is frame.caller:
                     self._on_agent_changed(caller)
             frame.caller.resume()
         finally:
+            self._merge([frame, *inner])  # also when the leave was cut short (closing)
             if not frame.finished.done():
                 frame.finished.set_result(None)
 
@@ -243,6 +260,17 @@ class AgentStack(TaskHost):
         """The awaiting tool returns once the caller resumed, with the task's
         conversation merged into its context."""
         await self._ctx.bounded(asyncio.shield(frame.finished), f"returning from {frame.task.id}")
+
+    def _merge(self, frames: list[_Frame]) -> None:
+        """Each task's conversation into its caller's context, innermost first (``frames``
+        outermost first, as ``_frames`` holds them); once per task."""
+        for frame in reversed(frames):
+            if frame.merged:
+                continue
+            frame.merged = True
+            merge_conversation(
+                frame.caller.agent.chat_ctx.items, frame.task.chat_ctx.items, frame.answered
+            )
 
     def _strand(self, frame: _Frame, reason: str) -> None:
         """``frame``'s caller will not resume: its waiting tool gets a ``ToolError``."""
@@ -264,6 +292,7 @@ class AgentStack(TaskHost):
             self._strand(frame, "the session closed")
         for activity in leaving:
             await self._leave(activity, finish_audible=False)
+        self._merge(frames)  # the contexts outlive the session (a record of the call)
 
     # ------------------------------------------------------------ internal
 
@@ -318,17 +347,6 @@ class AgentStack(TaskHost):
             if agent._session is self._ctx.session:
                 agent._session = None
             activity.stopped.set_result(None)
-
-
-def _conversation(items: list[ChatItem]) -> list[ChatItem]:
-    """What a task's context adds to its caller's: what was said (not instructions, and
-    not the task's own tool calls: the caller's model is not offered those tools; the
-    history keeps them)."""
-    return [
-        item
-        for item in items
-        if isinstance(item, ChatMessage) and item.role in ("user", "assistant")
-    ]
 
 
 def _retrieved(outcome: asyncio.Future[Any]) -> None:
