@@ -226,12 +226,23 @@ def _arguments(tool: dict[str, Any]) -> dict[str, Any]:
     return made
 
 
+def called_tool(body: dict[str, Any]) -> str | None:
+    """The tool the cooperative model calls for this request: the first one offered,
+    when the user spoke last (it takes the user's last word as a request)."""
+    messages: list[dict[str, Any]] = body["messages"]
+    tools: list[dict[str, Any]] = body.get("tools") or []
+    if messages and messages[-1]["role"] == "user" and tools:
+        name: str = tools[0]["function"]["name"]
+        return name
+    return None
+
+
 def cooperative_model(body: dict[str, Any]) -> StreamReply:
     """Calls the first offered tool right after the user spoke; otherwise says something
     that quotes the latest tool result (or greets)."""
     messages: list[dict[str, Any]] = body["messages"]
     tools: list[dict[str, Any]] = body.get("tools") or []
-    if messages and messages[-1]["role"] == "user" and tools:
+    if called_tool(body) is not None:
         tool = tools[0]
         call = tool_call_delta(
             0,
@@ -336,8 +347,20 @@ async def test_the_sign_up_task_asks_then_the_caller_answers(tmp_path: Path) -> 
         code, out, err = await _run(block, tmp_path, chat.base_url)
     assert code == 0, err
     assert "What is your email address?" in out
-    assert "signed up ada@example.com" in out
-    # The assistant calls sign_up, the task calls record, the assistant answers.
-    offered = [[t["function"]["name"] for t in r.get("tools", [])] for r in chat.requests]
-    assert offered == [["sign_up"], ["record"], ["sign_up"]]
+    # The assistant calls sign_up once, the task calls record, the assistant answers
+    # from sign_up's result (it used to read the user's answer last and sign up again).
+    assert [called_tool(r) for r in chat.requests] == ["sign_up", "record", None]
     assert chat.requests[1]["messages"][-1]["content"] == "It's ada@example.com."
+    follow_up = chat.requests[2]["messages"]
+    assert [(m["role"], m.get("content")) for m in follow_up[1:4]] == [
+        ("user", "Sign me up, please."),
+        ("assistant", "What is your email address?"),
+        ("user", "It's ada@example.com."),
+    ]
+    assert follow_up[4]["tool_calls"][0]["function"]["name"] == "sign_up"
+    assert follow_up[5] == {
+        "role": "tool",
+        "tool_call_id": follow_up[4]["tool_calls"][0]["id"],
+        "content": "signed up ada@example.com",
+    }
+    assert "Done: signed up ada@example.com." in out  # the assistant's answer, printed
