@@ -15,7 +15,9 @@
 Awaiting it pauses the calling agent (its tools keep running, but it says nothing and
 its work does not count as owed while the task is current), makes the task current,
 and resumes the caller with the result once the task calls ``complete``. The task's
-conversation is merged into the caller's. Tasks nest.
+conversation is merged into the caller's in speaking order, however the task ended: it
+comes before the caller's waiting call and that call's output, so the caller's model
+reads the result last and answers it (``task_conversation``). Tasks nest.
 """
 
 from __future__ import annotations
