@@ -5,6 +5,14 @@ is complete; a ``StreamingTTS`` gets the deltas themselves. Either way one task 
 the audio (resampled to the output's rate) and notes when each piece of text, or each
 word when the engine reports ``WordTiming``s, starts in the audio, so ``heard()`` can say
 what the user heard before an interruption.
+
+The splitter holds a sentence's end until the next visible character shows it really is
+one ("e.g. the" is not). A model that pauses right after a sentence (thinking, streaming a
+tool call, a slow backend) would keep a finished sentence unspoken for the whole pause, so
+after ``QUIET_RELEASE`` seconds without text the held sentence is spoken anyway
+(``text_paused``). The timer is one loop ``TimerHandle``, armed only while a sentence end
+is held (not per chunk), on the loop's own clock, and cancelled by new text, the end of
+the text and an interruption.
 """
 
 from __future__ import annotations
@@ -24,6 +32,14 @@ from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTim
 from .delivery import Delivery, OnOutputError, OutputError
 from .metrics_emit import TTSMeter
 from .turn_state import TurnState
+
+QUIET_RELEASE = 0.12
+"""Seconds without new text after which a sentence held for the character after its end
+is spoken. Short, since the listener waits this long on top of the model's pause; long
+enough that a model streaming at a usual rate (deltas tens of milliseconds apart) does
+not trigger it, and the splitter's rules alone decide ("e.g." / "3.14"). A backend slower
+than about 8 deltas a second may trigger it; ``SentenceSplitter.release`` then guesses,
+and the worst it does is split a sentence in two, never lose or repeat text."""
 
 
 @dataclass(slots=True)
@@ -54,12 +70,18 @@ class AudioDelivery(Delivery):
         tts: TTS,
         audio_output: AudioOutput,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        quiet_release: float = QUIET_RELEASE,
     ) -> None:
+        if not quiet_release >= 0:  # NaN fails this too
+            raise ValueError(f"quiet_release must be >= 0 seconds, got {quiet_release!r}")
         super().__init__(state, reply, text_output, on_error)
         self._tts = tts
         self._output = audio_output
         self._stream: TTSStream | None = tts.stream() if isinstance(tts, StreamingTTS) else None
         self._splitter = SentenceSplitter()
+        self._loop = asyncio.get_running_loop()
+        self._quiet_release = quiet_release
+        self._quiet: asyncio.TimerHandle | None = None
         # The TTS hears cleaned text; segments, transcript and history keep the original.
         self._speech = speech_filter(getattr(tts, "text_filter", clean_for_speech))
         self._sentences: asyncio.Queue[str | None] = asyncio.Queue()
@@ -69,7 +91,7 @@ class AudioDelivery(Delivery):
         self._captured = 0.0
         self._playing = False
         self._failure: Exception | None = None
-        self._played: asyncio.Future[PlaybackFinished] = asyncio.get_running_loop().create_future()
+        self._played: asyncio.Future[PlaybackFinished] = self._loop.create_future()
         self._listening = False
         """This speech holds the output's playback reports (from its first frame on:
         a speech that has produced no audio yet must not take them from one still
@@ -82,6 +104,9 @@ class AudioDelivery(Delivery):
         self._meter = meter
 
     async def push_text(self, text: str) -> None:
+        # New text ends the quiet now, not after the text output took it: a slow text
+        # output must not let the timer release a sentence this text may continue.
+        self._cancel_quiet()
         await super().push_text(text)
         if self._stream is not None:
             if self._meter is not None:
@@ -95,6 +120,24 @@ class AudioDelivery(Delivery):
             return
         for sentence in self._splitter.push(text):
             self._sentences.put_nowait(sentence)
+        if self._splitter.holding:
+            self._quiet = self._loop.call_later(self._quiet_release, self.text_paused)
+
+    def text_paused(self) -> None:
+        """The model's text has paused (no delta for ``quiet_release`` seconds, or the
+        stream sent something other than text): speak the sentence whose end is only
+        waiting for the character after it. Called by the quiet timer; the stream's
+        reader may call it at a non-text chunk to skip the wait."""
+        self._cancel_quiet()
+        if self._stream is not None or self._synthesis.done():
+            return  # a streaming TTS gets every delta; a stopped speech says nothing more
+        if sentence := self._splitter.release():
+            self._sentences.put_nowait(sentence)
+
+    def _cancel_quiet(self) -> None:
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
 
     async def finish(self) -> None:
         if self._stream is not None:
@@ -102,6 +145,7 @@ class AudioDelivery(Delivery):
                 self._stream.push_text(rest)
             self._stream.end_input()
         else:
+            self._cancel_quiet()  # the end of the text releases everything at once
             rest = self._splitter.flush()
             if rest:
                 self._sentences.put_nowait(rest)
@@ -118,6 +162,7 @@ class AudioDelivery(Delivery):
             await asyncio.shield(self._played)
 
     def stop(self) -> None:
+        self._cancel_quiet()
         self._synthesis.cancel()
         self._end_text_segment()
         # Audio handed to the output but not yet reported playing (a far-end player
