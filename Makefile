@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest chromium bench stress test-scale clean
+.PHONY: demo test lint typecheck pytest chromium bench bench-conversation stress test-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/realtime_cpu.py
 	$(BIN)/python bench/webrtc_cost.py
 	$(BIN)/python bench/ws_cost.py
+
+# The conversation benchmark (bench/conversation.py, about 40 minutes in real time): the
+# shipped offline stack in its own server process, talked to by a real-time client, on a
+# tuning and a held-out panel in 5 conditions. Debian's flite gives the panel 3 of its
+# voices; without it those voices are skipped. Raw results: bench/.cache/conversation.json.
+bench-conversation: $(STAMP)
+	@command -v flite >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q flite; } \
+		|| echo "flite could not be installed: its voices will be skipped"
+	$(BIN)/python bench/conversation.py --json bench/.cache/conversation.json
 
 # The randomized lifecycle tests, 100,000 sequences each (CI runs 3,000 and 500): the
 # same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. No
