@@ -7,11 +7,14 @@ The machine keeps two things next to the floor:
 * its own record of the **facts** it fed in (open obligations and their flags, owners,
   the user), from which it computes the expected states independently of the floor.
 
-After every step it checks DESIGN.md §4's invariants on the reported model, (a) never
-``listening`` while a committed, non-yielded obligation of a live owner is open, (b) never
-``away`` while any obligation of a live owner is open, (c) ``listening`` when nothing is
-open, (d) effects only on change; and that the reported model, the floor's properties and
-the expected values all agree (so no change goes unreported either).
+After every step it checks the floor's promises on the reported model, (a) never
+``listening`` while a committed obligation of a live owner is open, (b) never ``away``
+while any obligation of a live owner, or a yielded one, is open, (c) ``listening`` when
+nothing is open, (d) effects only on change, (e) never ``listening`` while a yielded
+obligation (output paused for a possible barge-in) is open, (f) an obligation that resumes
+from a yield saw no ``listening`` since it was yielded (a ``listening`` edge is final for
+paused output); and that the reported model, the floor's properties and the expected
+values all agree (so no change goes unreported either).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class Fact:
     deadline: float
     audible: bool = False
     yielded: bool = False
+    listened: bool = False
+    """``listening`` was reported while it was yielded (it must then never resume)."""
     open: bool = True
     outcome: str | None = None
     closed_at: float | None = None
@@ -109,19 +114,23 @@ class FloorMachine(RuleBasedStateMachine):
         return [f for f in self.facts.values() if f.open]
 
     def any_live_open(self) -> bool:
-        return any(self.live(f.ob.owner) for f in self.open_facts())
+        """Work for the user: an obligation of a live owner, or paused output (owed)."""
+        return any(f.yielded or self.live(f.ob.owner) for f in self.open_facts())
 
     def committed_live_open(self) -> bool:
         return any(
             f.committed and not f.yielded and self.live(f.ob.owner) for f in self.open_facts()
         )
 
+    def yielded_open(self) -> bool:
+        return any(f.yielded for f in self.open_facts())
+
     def expected_agent(self) -> AgentState:
         if not self.started:
             return "initializing"
         if any(f.audible and not f.yielded for f in self.open_facts()):
             return "speaking"
-        if self.committed_live_open():
+        if self.committed_live_open() or self.yielded_open():
             return "thinking"
         return "listening"
 
@@ -131,7 +140,7 @@ class FloorMachine(RuleBasedStateMachine):
         return "away" if self.away else "listening"
 
     def away_condition(self) -> bool:
-        """DESIGN §1: armed iff listening, user quiet (and not already away), nothing owed."""
+        """Armed iff listening, the user quiet (and not already away), nothing owed."""
         return (
             self.away_timeout is not None
             and self.expected_agent() == "listening"
@@ -153,6 +162,9 @@ class FloorMachine(RuleBasedStateMachine):
                 assert e.old_state == self.rep_agent, (e, self.rep_agent)
                 assert e.at == self.now, e
                 self.rep_agent = e.new_state
+                if e.new_state == "listening":
+                    for fact in self.open_facts():
+                        fact.listened = fact.listened or fact.yielded
             elif isinstance(e, UserStateChanged):
                 assert e.old_state != e.new_state, e
                 assert e.old_state == self.rep_user, (e, self.rep_user)
@@ -371,8 +383,17 @@ class FloorMachine(RuleBasedStateMachine):
         fact = self.facts[ob.id]
         method = getattr(self.floor, f"set_{flag}")
         if fact.open:
+            resumed = flag == "yielded" and fact.yielded and not value
+            if flag == "yielded" and value and not fact.yielded:
+                fact.listened = False  # a new pause
             setattr(fact, flag, value)
             self.apply(method(ob, value, self.now))
+            if resumed:
+                # (f) the pause ended with the output resuming: no listening since the
+                # yield, and, if it is audible, speaking again straight away
+                assert not fact.listened, f"{ob!r} resumed after a listening edge"
+                if fact.audible:
+                    assert self.rep_agent == "speaking"
         else:
             # late facts on a closed obligation mean nothing
             assert self.apply(method(ob, value, self.now)) == []
@@ -466,11 +487,15 @@ class FloorMachine(RuleBasedStateMachine):
 
     @invariant()
     def floor_invariants(self) -> None:
-        # DESIGN §4 on what was *reported*: (a) never listening while a committed,
-        # non-yielded obligation of a live owner is open
+        # On what was *reported*: (a) never listening while a committed obligation of
+        # a live owner is open
         if self.committed_live_open():
             assert self.rep_agent != "listening"
-        # (b) never away while any obligation of a live owner is open
+        # (e) never listening while output paused for a possible barge-in is open
+        if self.yielded_open():
+            assert self.rep_agent != "listening"
+            assert not any(f.listened for f in self.open_facts() if f.yielded)
+        # (b) never away while any obligation of a live owner (or a yielded one) is open
         if self.any_live_open():
             assert self.rep_user != "away"
         # (c) nothing open (so nothing audible): listening, no stuck thinking
@@ -480,7 +505,7 @@ class FloorMachine(RuleBasedStateMachine):
         assert self.rep_agent == self.floor.agent_state == self.expected_agent()
         assert self.rep_user == self.floor.user_state == self.expected_user()
 
-        # the away timer is armed iff DESIGN's condition holds, for quiet time + timeout
+        # the away timer is armed iff its condition holds, for quiet time + timeout
         assert self.rep_away == self.floor.away_deadline
         if self.away_condition():
             assert self.quiet_since is not None

@@ -1,6 +1,6 @@
 # ruff: noqa: E501
 # (the scenario tables below read best one step per line)
-"""Table tests: one realistic life cycle per obligation kind (DESIGN.md §1, kinds table).
+"""Table tests: one realistic life cycle per obligation kind (the kinds table).
 
 Every scenario starts from a started floor (away timeout 30 s, current activity ``agent``,
 ``t = 0``) and is a list of steps. Each step applies one floor call at a virtual time and
@@ -182,19 +182,20 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
         Step(2.0, audible("R"), [Agent("thinking", "speaking", 2.0)], "speaking"),
         Step(3.0, user_speaking(True), [User("listening", "speaking", 3.0)], "speaking", "speaking"),
-        # paused for a possible barge-in: open, but neither audible nor committed
-        Step(3.2, yielded("R"), [Agent("speaking", "listening", 3.2)], "listening", "speaking"),
-        # just a noise; the yielded reply is still open, so no away timer
-        Step(3.5, user_speaking(False), [User("speaking", "listening", 3.5)], "listening"),
-        Step(4.5, yielded("R", False), [Agent("listening", "speaking", 4.5)], "speaking"),
+        # paused for a possible barge-in: silent, but the rest of it is still owed
+        Step(3.2, yielded("R"), [Agent("speaking", "thinking", 3.2)], "thinking", "speaking"),
+        # just a noise; the yielded reply is still owed, so no away timer
+        Step(3.5, user_speaking(False), [User("speaking", "listening", 3.5)], "thinking"),
+        Step(4.5, yielded("R", False), [Agent("thinking", "speaking", 4.5)], "speaking"),
         Step(6.0, close("R"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "reply: yielded, then the barge-in is confirmed": [
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
         Step(2.0, audible("R"), [Agent("thinking", "speaking", 2.0)], "speaking"),
         Step(3.0, user_speaking(True), [User("listening", "speaking", 3.0)], "speaking", "speaking"),
-        Step(3.2, yielded("R"), [Agent("speaking", "listening", 3.2)], "listening", "speaking"),
-        Step(3.6, close("R", "interrupted"), [NO_WATCHDOG], "listening", "speaking"),
+        Step(3.2, yielded("R"), [Agent("speaking", "thinking", 3.2)], "thinking", "speaking"),
+        # the interruption is confirmed: only now is nothing owed
+        Step(3.6, close("R", "interrupted"), [Agent("thinking", "listening", 3.6), NO_WATCHDOG], "listening", "speaking"),
         # the user's turn ends and a reply to it is owed at once
         Step(5.0, user_speaking(False), [User("speaking", "listening", 5.0), Arm(5.0 + AWAY)], "listening"),
         Step(5.0, open_("R2", REPLY), [Agent("listening", "thinking", 5.0), CANCEL, Watchdog(due(REPLY, 5.0))], "thinking"),

@@ -1,6 +1,6 @@
 """The floor: recorded facts in, derived turn state and timer decisions out.
 
-Everything that decides a reported state lives here (DESIGN.md Rule 1). The floor is
+Everything that decides a reported state lives here, and nowhere else. The floor is
 synchronous and I/O-free: it never awaits and never reads a clock; every mutation takes
 ``now`` and returns the effects it caused, which the runtime applies. One private method,
 ``_derive``, turns facts into states, so no mutation can report a state the facts do not
@@ -8,12 +8,21 @@ support, and effects come out only when something actually changed.
 
     agent_state = initializing  until start()
                 = speaking      if an open, un-yielded obligation is audible
-                = thinking      elif a committed, un-yielded obligation of a live owner is open
+                = thinking      elif an obligation is yielded, or a committed obligation
+                                of a live owner is open
                 = listening     otherwise
     away timer armed  iff  agent_state is listening, the user is not speaking or away,
                            no obligation of a live owner is open, and a timeout is set
 
 A live owner is the session, or the current activity while it is not paused.
+
+A yielded obligation is output paused because the user may be interrupting it. It is not
+audible, but it is still owed: the pause ends either with the output resuming
+(``speaking`` again) or with the obligation closed (interrupted). So ``listening`` never
+shows while it is open, and a ``listening`` edge is final for the output that was paused:
+a client that closes the user's turn on ``listening`` is never told so by a mere noise.
+It counts whoever owns it, as audible output does: the user was hearing it. For the same
+reason it counts as work for the user, so it ends ``away`` and holds the away timer.
 """
 
 from __future__ import annotations
@@ -193,7 +202,7 @@ class Floor:
         *,
         uncommit: Iterable[Obligation] = (),
     ) -> list[Effect]:
-        """Open ``new`` and close ``old`` in one step (DESIGN.md Rule 2): no state between.
+        """Open ``new`` and close ``old`` in one step: no state can be derived between them.
         ``uncommit`` obligations (work that goes on in the background now that ``new``
         carries the reply) stop being committed in the same step."""
         olds, background = _opened(old), _opened(uncommit)  # a FloorError changes nothing
@@ -282,20 +291,23 @@ class Floor:
         return ob.phase is Phase.OPEN
 
     def _derive(self, now: float) -> list[Effect]:
-        audible = committed_live = any_live = False
+        audible = owed = working = False
         earliest: float | None = None
         for ob in self._open.values():
             if ob.deadline is not None and (earliest is None or ob.deadline < earliest):
                 earliest = ob.deadline
             if ob.yielded:
-                any_live = any_live or self.is_live(ob.owner)
+                # Paused over a possible barge-in: silent, but the rest of it is still
+                # owed until it resumes or is closed, whether or not its owner is live
+                # (like audible output, it was reaching the user when it paused).
+                owed = working = True
                 continue
             if ob.audible:
                 audible = True
             if self.is_live(ob.owner):
-                any_live = True
+                working = True
                 if ob.committed:
-                    committed_live = True
+                    owed = True
 
         effects: list[Effect] = []
         agent: AgentState
@@ -303,7 +315,7 @@ class Floor:
             agent = "initializing"
         elif audible:
             agent = "speaking"
-        elif committed_live:
+        elif owed:
             agent = "thinking"
         else:
             agent = "listening"
@@ -311,7 +323,7 @@ class Floor:
             effects.append(AgentStateChanged(self._agent_state, agent, now))
             self._agent_state = agent
 
-        if self._user_away and any_live:
+        if self._user_away and working:
             self._user_away = False  # the agent is working for the user again
         user: UserState = (
             "speaking" if self._user_speaking else "away" if self._user_away else "listening"
@@ -324,7 +336,7 @@ class Floor:
             self._away_timeout is not None
             and agent == "listening"
             and user == "listening"
-            and not any_live
+            and not working
         )
         if arm:
             if self._quiet_since is None:

@@ -2,8 +2,9 @@
 
 Each row says whether an obligation of that kind is committed by default (a reply will
 follow, so the agent reports ``thinking``), how long it may stay open before the watchdog
-closes it as expired (DESIGN.md Rule 3), and which events close it. The closing events are
-documentation for the runtime that drives the floor; the floor itself only records facts.
+closes it as expired (so nothing stays owed forever), and which events close it. The
+closing events are documentation for the runtime that drives the floor; the floor itself
+only records facts.
 
 Provider kinds (``provider_continuation``, ``backend_response``, ``answer``) are listed so
 that the table stays the single place that names kinds; the runtime opens them once it

@@ -38,7 +38,8 @@ class Obligation:
     audible: bool = False
     """Its output is being delivered to the user right now (audio playing, text streaming)."""
     yielded: bool = False
-    """Paused for a possible barge-in: open, but neither audible nor committed."""
+    """Paused for a possible barge-in: not audible, but still owed (the agent reports
+    ``thinking``) until it resumes or is closed."""
     watchdog: float = field(default=0.0, repr=False)
 
     @property
