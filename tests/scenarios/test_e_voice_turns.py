@@ -155,11 +155,12 @@ async def test_e1_barge_in_keeps_only_what_was_heard() -> None:
     assert c.speaker.segments[0] == pytest.approx(heard_seconds)
     assert reply.startswith(stored.content)
     assert 0 < len(stored.content) <= heard_seconds / c.tts.seconds_per_char
-    # While the user talked over it the agent reported listening, then answered.
+    # Paused, the reply was still owed (thinking); listening came only once the barge-in
+    # was confirmed and the reply interrupted, then the agent answered.
     await c.silence(3.0)
     assert c.text.segments[-1] == "Sure, stopping."
     states = c.timeline.agent_states(since=t_user)
-    assert states == ["speaking", "listening", "thinking", "speaking", "listening"]
+    assert states == ["speaking", "thinking", "listening", "thinking", "speaking", "listening"]
     await c.session.aclose()
 
 
@@ -178,8 +179,8 @@ async def test_e2_false_interruption_resumes_the_reply() -> None:
     assert c.text.segments == [reply]
     assert c.speaker.segments == [pytest.approx(c.tts.duration_of(reply))]
     states = c.timeline.agent_states(since=t_noise)
-    assert states == ["speaking", "listening", "speaking", "listening"]
-    paused_at = c.timeline.times_of("listening")[-2]
+    assert states == ["speaking", "thinking", "speaking", "listening"]  # paused: still owed
+    paused_at = c.timeline.times_of("thinking")[-1]
     resumed_at = c.timeline.times_of("speaking")[-1]
     # Resumed false_interruption_timeout after the noise's end was confirmed.
     assert resumed_at - paused_at == pytest.approx(0.2 - MIN_SPEECH + MIN_SILENCE + 1.0)
