@@ -200,7 +200,8 @@ async def build_clip(item: Item, voice: Voice) -> Clip:
 def assign(half: Half, voices: list[Voice], limit: int | None) -> list[tuple[Item, Voice]]:
     """Who says what. Within each kind the j-th item goes to voice ``(j + k) % n`` (``k``
     the kind's index), so every voice says a mix of kinds; each voice's items are then
-    taken round-robin over the kinds, so that ``limit`` keeps a mix too."""
+    taken round-robin over the kinds, voice ``v`` starting at kind ``v``, so that a small
+    ``limit`` still covers every kind across the voices."""
     per_voice: dict[Voice, dict[str, list[Item]]] = {v: {} for v in voices}
     kinds: list[str] = []
     for item in half.items:
@@ -212,8 +213,9 @@ def assign(half: Half, voices: list[Voice], limit: int | None) -> list[tuple[Ite
             voice = voices[(j + k) % len(voices)]
             per_voice[voice].setdefault(kind, []).append(item)
     out: list[tuple[Item, Voice]] = []
-    for voice in voices:
-        queues = [list(per_voice[voice].get(kind, [])) for kind in kinds]
+    for v, voice in enumerate(voices):
+        order = kinds[v % len(kinds) :] + kinds[: v % len(kinds)]
+        queues = [list(per_voice[voice].get(kind, [])) for kind in order]
         mine: list[Item] = []
         while any(queues):
             for queue in queues:

@@ -170,9 +170,12 @@ def event_dicts(events: list[Event], origin: float) -> list[dict[str, Any]]:
     """The log for the JSON, times relative to ``origin`` (the clip's first sample)."""
     out: list[dict[str, Any]] = []
     for e in events:
-        if e.kind == "metrics":
-            continue
         row: dict[str, Any] = {"t": round(e.t - origin, 3), "kind": e.kind}
+        if e.kind == "metrics":  # the server's own view of the steps, for diagnosis
+            m = e.data.get("metrics", {})
+            row["metrics"] = {k: v for k, v in m.items() if isinstance(v, (int, float, str))}
+            out.append(row)
+            continue
         for key in ("state", "role", "text", "final", "interrupted", "code"):
             if key in e.data:
                 row[key] = e.data[key]
