@@ -5,19 +5,19 @@ Per frame it does the least it can: one synchronous VAD push, a list append whil
 user speaks (or a ring-buffer append before), and the recognizer's own ``push`` when it
 streams. Everything else happens on VAD events and timers.
 
-End of turn. The turn ends ``min_endpointing_delay`` after the user stopped speaking
-(``max_endpointing_delay`` when the transcript trails off), counted from the end of speech,
-not from the moment the VAD was sure of it: the VAD's own silence is part of the delay, not
-added to it. With a turn detector (``turn_detection=SmartTurn()``) its verdict decides
-instead of the transcript's punctuation: a complete turn ends as soon as the transcript and
-the verdict are in (no ``min_endpointing_delay``), an incomplete one waits
-``max_endpointing_delay``; the verdict is made while the utterance is transcribed
-(``turn_verdict``). The turn cannot end before the VAD ended the utterance and its transcript is
-in, so a recognizer that does not stream gets the utterance early: when the user pauses
-inside speech for ``_EARLY_PAUSE``, the utterance so far is recognized in the background.
-If the user does not speak again before the VAD ends the utterance, that transcript is the
-utterance's (what follows it is silence), and recognition has overlapped the VAD's
-silence; if the user goes on, it is dropped and the next pause starts another.
+End of turn. The turn ends a delay after the user stopped speaking that depends on what
+the words and the audio say (``turn_end``: at once when both say the turn is complete,
+``min_endpointing_delay`` when the words are whole, well over a second when they break
+off), counted from the end of speech, not from the moment the VAD was sure of it: the
+VAD's own silence is part of the delay, not added to it. With a turn detector
+(``turn_detection=SmartTurn()``) its verdict is made while the utterance is transcribed
+(``turn_verdict``). The turn cannot end before the VAD ended the utterance and its
+transcript is in, so a recognizer that does not stream gets the utterance early: when
+the user pauses inside speech for ``_EARLY_PAUSE``, the utterance so far is recognized in
+the background. If the user does not speak again before the VAD ends the utterance and
+everything after that snapshot is quiet, that transcript is the utterance's, and
+recognition has overlapped the VAD's silence; otherwise (the user went on, or the quiet
+end of a word came after it) it is dropped and the whole utterance is recognized.
 
 Interruptions. When the user starts speaking over an interruptible reply that is
 audible, the reply is *paused* and *yielded* (the agent reports ``listening`` while the
@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
 from ..models.stt import STT, StreamingSTT
 from ..models.turn_detector import TurnDetector
+from ..models.turn_text import judge_text_end
 from .events import UserInputTranscribedEvent
 from .metrics_emit import meter_for
 from .mute import silence_like
+from .turn_end import turn_end_delay
 from .turn_verdict import TurnVerdicts
 
 if TYPE_CHECKING:
@@ -55,28 +56,47 @@ _HOLD_STEP = 0.02  # how often a due turn end rechecks a VAD that is still decid
 _MAX_HOLD = 0.3  # the longest a due turn end waits for that verdict
 _PREROLL_SECONDS = 0.5  # audio kept from before speech was confirmed (word onsets)
 _EARLY_PAUSE = 0.1  # a pause inside speech this long starts an early recognition
-# A sentence's end, not an ellipsis ("I was thinking..." trails off), before any quotes.
-_SENTENCE_FINAL = re.compile(r"(?<![.…])[.!?]['\")\]]*\s*$")
-_PUNCTUATION = re.compile(r"[.,!?;:…]")
-
-
-def reads_finished(transcript: str) -> bool | None:
-    """Whether the transcript ends a sentence; ``None`` when it has no punctuation at all
-    (a recognizer that does not punctuate says nothing about where sentences end)."""
-    if _SENTENCE_FINAL.search(transcript):
-        return True
-    return False if _PUNCTUATION.search(transcript) else None
+_QUIET_TAIL = 0.1  # what the early pass did not hear must be this far below the speech
 
 
 class _Early:
     """A recognition of the utterance so far, started at a pause: valid while the VAD
-    has heard no more speech than ``speech_seconds``."""
+    has heard no more speech than ``speech_seconds``, and only if the audio after its
+    first ``frames`` frames is quiet (see ``_heard_all``)."""
 
-    __slots__ = ("result", "speech_seconds")
+    __slots__ = ("frames", "result", "speech_seconds")
 
-    def __init__(self, speech_seconds: float, result: asyncio.Future[str | Exception]) -> None:
+    def __init__(
+        self, speech_seconds: float, frames: int, result: asyncio.Future[str | Exception]
+    ) -> None:
         self.speech_seconds = speech_seconds
+        self.frames = frames
         self.result = result
+
+
+def _heard_all(frames: list[AudioFrame], heard: int) -> bool:
+    """Whether an early pass over ``frames[:heard]`` heard the whole utterance: every
+    frame after it is at least 20 dB below the loud part of what it heard.
+
+    The VAD's speech count can stall on the quiet end of a word ("... to Tokyo?" fades
+    out), so a pause by the VAD's count is not proof of silence: an early pass that
+    missed 0.15 s of speech came out "How on does it take the flight". The final
+    transcript must come from audio that covers everything the user said.
+    """
+    import numpy as np  # numpy only where audio flows; this runs once per utterance
+
+    if heard >= len(frames):
+        return True
+    if heard == 0:
+        return False
+
+    def rms(frame: AudioFrame) -> float:
+        data = frame.data.astype(np.float32)
+        return float(np.sqrt(np.mean(data * data))) if data.size else 0.0
+
+    levels = sorted(rms(frame) for frame in frames[:heard])
+    loud = levels[int(0.9 * (len(levels) - 1))]
+    return max(rms(frame) for frame in frames[heard:]) <= _QUIET_TAIL * loud
 
 
 class UserTurns:
@@ -223,8 +243,11 @@ class UserTurns:
         # The user stopped when the silence began, not when the VAD was sure of it.
         self._ended_at = asyncio.get_running_loop().time() - event.silence_duration
         early, self._early = self._early, None
-        if early is not None and event.speech_duration > early.speech_seconds + 1e-6:
-            early = None  # speech after the snapshot (within this very push)
+        if early is not None and (
+            event.speech_duration > early.speech_seconds + 1e-6  # speech after it
+            or not _heard_all(frames, early.frames)  # or sound the VAD did not count
+        ):
+            early = None
         if self._verdicts is not None and frames and not self.manual:
             self._verdicts.utterance_ended(frames, " ".join(self._transcript))
         self._recognize(frames, early)
@@ -300,7 +323,7 @@ class UserTurns:
         if not self._utterance or self._ctx.closing or not self._ctx.running:
             return
         result: asyncio.Future[str | Exception] = asyncio.get_running_loop().create_future()
-        self._early = _Early(self._vad.speech_seconds, result)
+        self._early = _Early(self._vad.speech_seconds, len(self._utterance), result)
         self._ctx.spawn(self._recognize_into(list(self._utterance), result))
 
     async def _recognize_into(
@@ -361,9 +384,9 @@ class UserTurns:
             self._schedule_commit()
 
     def _schedule_commit(self) -> None:
-        """End of turn: ``min_endpointing_delay`` after the user stopped when the
-        transcript reads as finished, ``max_endpointing_delay`` when it trails off; with
-        a turn detector, at once when it judges the turn complete."""
+        """End of turn, once the transcript (and the turn detector's verdict, if any)
+        is in: ``turn_end_delay`` after the user stopped, from what the words and the
+        audio say (see ``turn_end``)."""
         if self._vad.speaking or self._recognizing or not self._transcript:
             return
         options = self._options
@@ -371,16 +394,13 @@ class UserTurns:
         complete = verdicts.complete() if verdicts is not None else None
         if complete is None and verdicts is not None and verdicts.judging:
             return  # the verdict reschedules this when it is in
-        reads = reads_finished(" ".join(self._transcript))
-        if complete is not None:
-            # Both must agree to end the turn at once: a transcript that trails off ("to
-            # the,", "so...") vetoes a complete verdict (bench/smart_turn.py: Piper's
-            # broken-off requests sound finished; with the veto twice as many wait).
-            delay = 0.0 if complete and reads is not False else options.max_endpointing_delay
-        elif reads:
-            delay = options.min_endpointing_delay
-        else:  # trails off, or cannot tell: give the user time to go on
-            delay = options.max_endpointing_delay
+        delay = turn_end_delay(
+            judge_text_end(" ".join(self._transcript)),
+            audio_complete=complete,
+            probability=verdicts.probability if verdicts is not None else None,
+            min_delay=options.min_endpointing_delay,
+            max_delay=options.max_endpointing_delay,
+        )
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
         self._cancel(self._commit_timer)

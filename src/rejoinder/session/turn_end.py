@@ -1,0 +1,68 @@
+"""How long after the user stopped speaking their turn ends: the one place that decides.
+
+Two signals, neither of which is the recognizer's punctuation (Whisper drops a final
+period at random, most often on audio cut a little short):
+
+* the words (``judge_text_end``): a clause that breaks off on "and", "the", "to", "um"
+  or a comma is incomplete; one that ends on a word that can end a sentence is complete;
+  a particle ("... the lights on", "... the weather in") could be either;
+* the audio turn model's verdict, when the session has one (Smart Turn hears intonation
+  and hesitation), with its probability.
+
+The delay is counted from the end of speech, so the VAD's own silence is inside it. The
+table, in seconds (``min``/``max`` are the session's endpointing delays):
+
+=================  ===========  ==================  ====================================
+words              audio says   delay               why
+=================  ===========  ==================  ====================================
+complete           complete     0                   both agree: answer now
+complete           incomplete   ``min``             the words are whole; the model is often
+                                                    wrong on clear questions (p = 0.1 on
+                                                    "... rain in London?")
+complete           (no model)   ``min``
+maybe              complete     ``min``
+maybe              incomplete   ``mid``             halfway: ``(min + max) / 2``
+maybe              (no model)   ``mid``
+incomplete         any          ``hold`` .. ``max`` a clause broken off: the user is
+                                                    likely to go on. At least ``hold``
+                                                    (1.5 s, or ``max`` if smaller), more
+                                                    the less sure the audio model is
+=================  ===========  ==================  ====================================
+
+So a complete sentence never waits ``max_endpointing_delay`` while the user is silent,
+and a mid-thought pause ("I'd like to book, um, ...") is given well over a second.
+"""
+
+from __future__ import annotations
+
+from ..models.turn_text import TextEnd
+
+__all__ = ["INCOMPLETE_HOLD", "turn_end_delay"]
+
+INCOMPLETE_HOLD = 1.5
+"""The least a turn that breaks off waits (s): people resume after a filler or an "and"
+within about a second."""
+
+
+def turn_end_delay(
+    words: TextEnd,
+    *,
+    audio_complete: bool | None,
+    probability: float | None,
+    min_delay: float,
+    max_delay: float,
+) -> float:
+    """Seconds from the end of speech to the end of the turn (see the module's table).
+
+    ``audio_complete`` is the audio model's verdict (``None``: no model, or it failed);
+    ``probability`` its probability that the turn is complete.
+    """
+    if words is TextEnd.INCOMPLETE:
+        hold = min(INCOMPLETE_HOLD, max_delay)
+        sure = probability if probability is not None else 0.0
+        return hold + (max_delay - hold) * (1.0 - min(1.0, max(0.0, sure)))
+    if words is TextEnd.COMPLETE:
+        return 0.0 if audio_complete else min_delay
+    if audio_complete:
+        return min_delay
+    return (min_delay + max_delay) / 2.0
