@@ -24,6 +24,8 @@ from .models import (
     FallbackTTS,
     FunctionCall,
     FunctionCallOutput,
+    Interruption,
+    InterruptionDetector,
     LLMError,
     LLMMetrics,
     Metrics,
@@ -44,6 +46,7 @@ from .models import (
     TurnDetectorError,
     UsageSummary,
     VoiceLatencyMetrics,
+    is_backchannel,
 )
 from .session import (
     Agent,
@@ -133,6 +136,8 @@ __all__ = [
     "FunctionCallOutput",
     "FunctionTool",
     "FunctionToolsExecutedEvent",
+    "Interruption",
+    "InterruptionDetector",
     "LLMError",
     "LLMMetrics",
     "MemoryTextOutput",
@@ -169,4 +174,5 @@ __all__ = [
     "VoiceLatencyMetrics",
     "__version__",
     "function_tool",
+    "is_backchannel",
 ]

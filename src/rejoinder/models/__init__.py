@@ -10,6 +10,7 @@ from .chat import (
     Role,
 )
 from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
+from .interruption import Interruption, InterruptionDetector, is_backchannel
 from .llm import (
     LLM,
     ChatChunk,
@@ -56,6 +57,8 @@ __all__ = [
     "FallbackTTS",
     "FunctionCall",
     "FunctionCallOutput",
+    "Interruption",
+    "InterruptionDetector",
     "LLMError",
     "LLMMetrics",
     "Metrics",
@@ -88,4 +91,5 @@ __all__ = [
     "VADStream",
     "VoiceLatencyMetrics",
     "WordTiming",
+    "is_backchannel",
 ]

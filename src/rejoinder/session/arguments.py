@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..models.interruption import InterruptionDetector
 from ..models.stt import StreamingSTT
 from ..models.turn_detector import TurnDetector
 from .model_claims import ModelClaims
@@ -17,7 +18,12 @@ MODES = ("vad", "manual")
 
 
 def check_options(
-    *, max_tool_steps: int, close_timeout: float, answer_timeout: float, turn_detection: object
+    *,
+    max_tool_steps: int,
+    close_timeout: float,
+    answer_timeout: float,
+    turn_detection: object,
+    interruption_detection: object,
 ) -> None:
     if max_tool_steps < 0:
         raise ValueError("max_tool_steps must be >= 0")
@@ -29,6 +35,7 @@ def check_options(
         raise ValueError(
             f'turn_detection must be "vad", "manual" or a TurnDetector, got {turn_detection!r}'
         )
+    require(interruption_detection, (InterruptionDetector, type(None)), "interruption_detection")
 
 
 def check_free_recognizer(stt: STT | None) -> None:

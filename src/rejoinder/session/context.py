@@ -22,6 +22,7 @@ from .events import ConversationItemAddedEvent, ErrorEvent, EventEmitter
 from .turn_state import TurnState
 
 if TYPE_CHECKING:
+    from ..models.interruption import InterruptionDetector
     from ..models.text import TextOutput
     from ..models.tts import TTS
     from ..models.turn_detector import TurnDetector
@@ -42,6 +43,7 @@ class SessionOptions:
     max_tool_steps: int
     close_timeout: float
     turn_detection: Literal["vad", "manual"] | TurnDetector
+    interruption_detection: InterruptionDetector | None
     min_interruption_words: int
     resume_false_interruption: bool
     false_interruption_timeout: float

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..models import LLM, ChatContext
 from ..models.chat import new_id
+from ..models.interruption import InterruptionDetector
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
 from ..models.turn_detector import TurnDetector
@@ -80,6 +81,7 @@ class AgentSession(Generic[Userdata]):
         max_tool_steps: int = 3,
         tools: Sequence[FunctionTool] = (),
         turn_detection: Literal["vad", "manual"] | TurnDetector = "vad",
+        interruption_detection: InterruptionDetector | None = None,
         min_interruption_words: int = 0,
         resume_false_interruption: bool = True,
         false_interruption_timeout: float = 2.0,
@@ -93,6 +95,7 @@ class AgentSession(Generic[Userdata]):
             close_timeout=close_timeout,
             answer_timeout=answer_timeout,
             turn_detection=turn_detection,
+            interruption_detection=interruption_detection,
         )
         self.llm = llm
         self.tools: list[FunctionTool] = list(tools)
@@ -109,6 +112,7 @@ class AgentSession(Generic[Userdata]):
             max_tool_steps=max_tool_steps,
             close_timeout=close_timeout,
             turn_detection=turn_detection,
+            interruption_detection=interruption_detection,
             min_interruption_words=min_interruption_words,
             resume_false_interruption=resume_false_interruption,
             false_interruption_timeout=false_interruption_timeout,
@@ -221,7 +225,14 @@ class AgentSession(Generic[Userdata]):
         check_free_recognizer(self.stt)
         detector = self.options.turn_detection
         self._models.claim(
-            (self.llm, self.stt, self.tts, self.vad, detector if detector not in MODES else None)
+            (
+                self.llm,
+                self.stt,
+                self.tts,
+                self.vad,
+                detector if detector not in MODES else None,
+                self.options.interruption_detection,
+            )
         )
         state = self._turn_state_ = TurnState(self._floor, self._events, loop, self._timeline)
         state.note("session", event="started", session_id=self.id)

@@ -40,6 +40,7 @@ from ..models.turn_text import judge_text_end
 from .events import UserInputTranscribedEvent
 from .metrics_emit import meter_for
 from .mute import silence_like
+from .overlap import Overlap
 from .turn_end import turn_end_delay
 from .turn_verdict import TurnVerdicts
 
@@ -133,6 +134,7 @@ class UserTurns:
         self._resume_timer: asyncio.TimerHandle | None = None
         self._paused: SpeechHandle | None = None
         self._awaiting_words: SpeechHandle | None = None
+        self._overlap: Overlap | None = None  # speech over the agent, being judged
         self.manual = ctx.options.turn_detection == "manual"
         detection = ctx.options.turn_detection
         self._verdicts = (
@@ -206,12 +208,28 @@ class UserTurns:
             self._verdicts.user_went_on()
         self._awaiting_words = None
         self._early, self._voiced_seen, self._paused_for = None, -1.0, 0.0
+        if self._overlap is not None:
+            self._overlap.cancel()
+            self._overlap = None
         speech = self._interruptible_speech()
         if speech is None:
             return
+        detector = self._options.interruption_detection
+        reply = speech._reply_ob
+        if detector is not None:
+            if reply is not None and reply.audible:
+                self._overlap = Overlap(
+                    self._ctx,
+                    detector,
+                    speech,
+                    onset_at=asyncio.get_running_loop().time() - event.speech_duration,
+                    audio=lambda: self._utterance,
+                    speech_seconds=lambda: self._vad.speech_seconds,
+                    interrupt=self._interrupt,
+                )
+            return  # the detector decides; nothing pauses meanwhile
         audio = self._ctx.output.audio
         options = self._options
-        reply = speech._reply_ob
         if (
             options.resume_false_interruption
             and audio is not None
@@ -243,14 +261,19 @@ class UserTurns:
         # The user stopped when the silence began, not when the VAD was sure of it.
         self._ended_at = asyncio.get_running_loop().time() - event.silence_duration
         early, self._early = self._early, None
+        overlap, self._overlap = self._overlap, None
+        if overlap is not None:
+            overlap.speech_ended()
+            if overlap.decided:
+                overlap = None  # interrupted already: the words are a turn
         if early is not None and (
             event.speech_duration > early.speech_seconds + 1e-6  # speech after it
             or not _heard_all(frames, early.frames)  # or sound the VAD did not count
         ):
             early = None
-        if self._verdicts is not None and frames and not self.manual:
+        if self._verdicts is not None and frames and not self.manual and overlap is None:
             self._verdicts.utterance_ended(frames, " ".join(self._transcript))
-        self._recognize(frames, early)
+        self._recognize(frames, early, overlap)
 
     # ------------------------------------------------------------ interruptions
 
@@ -339,16 +362,24 @@ class UserTurns:
             if not result.done():  # cancelled (the session closes)
                 result.cancel()
 
-    def _recognize(self, frames: list[AudioFrame], early: _Early | None = None) -> None:
+    def _recognize(
+        self, frames: list[AudioFrame], early: _Early | None = None, overlap: Overlap | None = None
+    ) -> None:
         if not frames or self._ctx.closing:
+            if overlap is not None:
+                overlap.cancel()
             return
         self._recognizing += 1
         # In the session's scope: an utterance outlives a handoff.
         ended = asyncio.get_running_loop().time()
-        self._ctx.spawn(self._recognize_utterance(frames, early, ended))
+        self._ctx.spawn(self._recognize_utterance(frames, early, ended, overlap))
 
     async def _recognize_utterance(
-        self, frames: list[AudioFrame], early: _Early | None, audio_ended_at: float
+        self,
+        frames: list[AudioFrame],
+        early: _Early | None,
+        audio_ended_at: float,
+        overlap: Overlap | None = None,
     ) -> None:
         try:
             if early is None:
@@ -370,7 +401,14 @@ class UserTurns:
             text = ""
         finally:
             self._recognizing -= 1
+            if overlap is not None:
+                overlap.cancel()
         self._interim = ""
+        if overlap is not None and overlap.words(text):
+            # Feedback ("uh-huh"), a cough, laughter: as if it was never said.
+            if not self.manual:
+                self._schedule_commit()
+            return
         if text:
             self._ctx.events.emit(
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
@@ -459,3 +497,5 @@ class UserTurns:
     def _cancel_timers(self) -> None:
         for timer in (self._commit_timer, self._barge_in_timer, self._resume_timer):
             self._cancel(timer)
+        if self._overlap is not None:
+            self._overlap.cancel()

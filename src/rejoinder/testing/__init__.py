@@ -24,6 +24,7 @@ from .openai_chat_server import (
 from .openai_realtime_server import OpenAIRealtimeServer
 from .phone import FakePhoneCall, Heard
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
+from .scripted_interruption import OnsetCall, ScriptedInterruptionDetector
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
 from .scripted_tts import ScriptedStreamingTTS, ScriptedTTS
 from .scripted_turn import ScriptedTurnDetector, TurnCall
@@ -43,12 +44,14 @@ __all__ = [
     "MemoryAudioInput",
     "MemoryAudioOutput",
     "MemoryTextOutput",
+    "OnsetCall",
     "OpenAIAudioServer",
     "OpenAIChatServer",
     "OpenAIRealtimeServer",
     "Pause",
     "RawData",
     "ScriptedCall",
+    "ScriptedInterruptionDetector",
     "ScriptedLLM",
     "ScriptedSTT",
     "ScriptedStreamingTTS",

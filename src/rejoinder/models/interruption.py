@@ -1,0 +1,102 @@
+"""Interruption detection: does the user mean to stop the agent, or only say "uh-huh"?
+
+When the user starts speaking while the agent's reply is audible, the session asks an
+``InterruptionDetector``. People make sounds over a speaker all the time without wanting
+the floor — backchannels ("uh-huh", "yeah", "right", "okay", "mm-hmm"), a cough,
+laughter — and they also interrupt ("wait, stop", "no, Wednesday"), and then expect the
+agent to stop at once. A rule on duration alone (``min_interruption_duration``) makes the
+agent talk over a real interruption for half a second, and still stops for a long "okay".
+
+The detector is asked twice at most, while the agent keeps talking:
+
+1. ``at_onset``: with the first ``onset_seconds`` of the user's audio. ``INTERRUPT``
+   stops the agent now (at the listener: the transport clears its queue);
+   ``IGNORE`` (plainly a noise) and ``UNDECIDED`` let it talk on.
+2. ``after_words``: with the recognizer's transcript of the user's utterance, if it
+   ended before ``max_undecided_seconds`` of speech. ``IGNORE`` drops the utterance —
+   the agent goes on, no state changes, nothing is added to the conversation;
+   ``INTERRUPT`` interrupts and the words are the user's turn.
+
+Speech that goes on past ``max_undecided_seconds`` interrupts in any case.
+
+``AgentSession(interruption_detection=...)`` takes one; ``local.OnsetInterruptionDetector()``
+is the offline one the shipped voice setup uses. Without one, the duration rule applies.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .audio import AudioFrame
+
+__all__ = ["BACKCHANNELS", "Interruption", "InterruptionDetector", "is_backchannel"]
+
+
+class Interruption(enum.Enum):
+    INTERRUPT = "interrupt"
+    """The user wants the floor: stop the agent."""
+    IGNORE = "ignore"
+    """A backchannel, a cough, laughter or noise: the agent goes on as if nothing
+    happened."""
+    UNDECIDED = "undecided"
+    """Not yet known: the agent goes on while the user's words are awaited."""
+
+
+BACKCHANNELS = frozenset(
+    {
+        "uh-huh", "uh", "huh", "mhm", "mm-hmm", "mm", "mmm", "hmm", "hm", "um", "uhm",
+        "yeah", "yea", "yep", "yup", "yes", "ya", "right", "okay", "ok", "kay", "sure",
+        "alright", "all", "i", "see", "oh", "ah", "wow", "cool", "nice", "great",
+        "got", "it", "gotcha", "totally", "exactly", "indeed", "true", "ha", "haha",
+        "hahaha", "hehe", "heh", "hah", "so", "good", "fine", "interesting", "really",
+    }
+)  # fmt: skip
+"""Words that, alone, say "go on": a listener's feedback, not a request for the floor.
+("So", "really" and "all right" are here because alone they are feedback; with more
+words after them they are a turn.)"""
+
+# What recognizers write for sounds that are not words: "(coughs)", "[laughter]", "*sigh*".
+_NON_SPEECH = re.compile(r"[\(\[\*][^\)\]\*]*[\)\]\*]")
+_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
+# A backchannel phrase is short; past this many words it is a sentence.
+_MAX_BACKCHANNEL_WORDS = 4
+
+
+def is_backchannel(transcript: str) -> bool:
+    """Whether the words are only a listener's feedback, a sound or nothing: "Uh-huh.",
+    "Yeah, yeah.", "Oh, I see.", "(coughs)", "Ha ha.", "" — not "Yeah, but wait"."""
+    text = _NON_SPEECH.sub(" ", transcript.lower().replace("’", "'"))
+    words = _WORD.findall(text)
+    if len(words) > _MAX_BACKCHANNEL_WORDS:
+        return False
+    return all(word in BACKCHANNELS for word in words)
+
+
+class InterruptionDetector(ABC):
+    onset_seconds: float = 0.2
+    """How much of the user's audio from the onset of speech ``at_onset`` is given."""
+
+    max_undecided_seconds: float = 1.0
+    """Speech over the agent that lasts this long interrupts, whatever was decided."""
+
+    @abstractmethod
+    async def at_onset(self, frames: Sequence[AudioFrame]) -> Interruption:
+        """Judge the start of the user's speech over the agent (``onset_seconds`` of
+        audio from about the onset; the VAD may have placed it up to 0.1 s early).
+        Must be quick: the agent is still talking. Slow work belongs off the loop."""
+
+    def after_words(self, transcript: str) -> Interruption:
+        """Judge the user's whole utterance, spoken over the agent, by its words: a
+        backchannel or a sound is ignored, anything else interrupts."""
+        return Interruption.IGNORE if is_backchannel(transcript) else Interruption.INTERRUPT
+
+    async def warm_up(self) -> None:  # noqa: B027 - most detectors have nothing to load
+        """Load what the first judgement needs."""
+
+    async def aclose(self) -> None:  # noqa: B027 - most detectors hold nothing to release
+        """Release resources. Idempotent."""

@@ -1,0 +1,69 @@
+"""ScriptedInterruptionDetector: an interruption detector whose onset verdicts a test
+writes down (the words are judged as the real rule does, unless ``words`` says otherwise).
+
+    detector = ScriptedInterruptionDetector([rj.Interruption.UNDECIDED], delay=0.01)
+    session = AgentSession(vad=..., stt=..., interruption_detection=detector)
+    ...
+    assert detector.onsets[0].audio_seconds == pytest.approx(0.25)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..models.interruption import Interruption, InterruptionDetector
+
+if TYPE_CHECKING:
+    from ..models.audio import AudioFrame
+
+__all__ = ["OnsetCall", "ScriptedInterruptionDetector"]
+
+
+@dataclass(frozen=True, slots=True)
+class OnsetCall:
+    audio_seconds: float
+    at: float
+    """The loop time the verdict was asked for."""
+
+
+class ScriptedInterruptionDetector(InterruptionDetector):
+    """Each onset takes the next verdict of ``script`` (the last repeats) after ``delay``
+    seconds of the loop's clock, or raises it when it is an exception."""
+
+    def __init__(
+        self,
+        script: Iterable[Interruption | BaseException] = (Interruption.UNDECIDED,),
+        *,
+        delay: float = 0.0,
+        onset_seconds: float = 0.2,
+        max_undecided_seconds: float = 1.0,
+        words: Callable[[str], Interruption] | None = None,
+    ) -> None:
+        self.script = list(script)
+        if not self.script:
+            raise ValueError("the script needs at least one verdict")
+        self.delay = delay
+        self.onset_seconds = onset_seconds
+        self.max_undecided_seconds = max_undecided_seconds
+        self._words = words
+        self.onsets: list[OnsetCall] = []
+        self.transcripts: list[str] = []
+
+    async def at_onset(self, frames: Sequence[AudioFrame]) -> Interruption:
+        loop = asyncio.get_running_loop()
+        self.onsets.append(OnsetCall(sum(f.duration for f in frames), loop.time()))
+        verdict = self.script[min(len(self.onsets), len(self.script)) - 1]
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if isinstance(verdict, BaseException):
+            raise verdict
+        return verdict
+
+    def after_words(self, transcript: str) -> Interruption:
+        self.transcripts.append(transcript)
+        if self._words is not None:
+            return self._words(transcript)
+        return super().after_words(transcript)
