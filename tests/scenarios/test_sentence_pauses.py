@@ -72,6 +72,22 @@ def test_the_quiet_is_short() -> None:
     assert 0 < QUIET_RELEASE <= 0.15
 
 
+@pytest.mark.parametrize("quiet", [-0.1, float("nan")])
+async def test_a_negative_or_nan_quiet_is_refused(quiet: float) -> None:
+    unused: Any = None  # refused before any of the speech's parts is looked at
+    with pytest.raises(ValueError, match="quiet_release must be >= 0"):
+        AudioDelivery(
+            unused,
+            unused,
+            None,
+            print,
+            tts=ScriptedTTS(),
+            audio_output=MemoryAudioOutput(24000),
+            spawn=unused,
+            quiet_release=quiet,
+        )
+
+
 @pytest.mark.parametrize(
     "first",
     [
