@@ -173,10 +173,21 @@ async def _first_play(client: Client, mark: int, deadline: float) -> float | Non
 
 
 async def _transcribed(client: Client, mark: int, deadline: float) -> None:
-    """Wait for a final user transcript after ``mark`` (or ``deadline``), so that a slow
-    recognition is counted with its own utterance rather than the next one's."""
+    """Wait (until ``deadline``) for the recognition of everything said after ``mark``:
+    a final user transcript for each utterance the VAD ended, or the agent thinking
+    after the last one (it committed the turn with its transcript). A slow recognition is
+    then counted with its own utterance, not the next one's."""
     while time.perf_counter() < deadline and not client.closed:
+        ends = finals = 0
+        answered = False
         for e in client.log[mark:]:
-            if e.kind == "transcript" and e.data.get("role") == "user" and e.data.get("final"):
-                return
+            if e.kind == "user_state" and e.data.get("state") == "listening":
+                ends += 1
+                answered = False
+            elif e.kind == "transcript" and e.data.get("role") == "user" and e.data.get("final"):
+                finals += 1
+            elif e.kind == "agent_state" and e.data.get("state") == "thinking":
+                answered = True
+        if ends and client.user_state == "listening" and (finals >= ends or answered):
+            return
         await asyncio.sleep(0.02)
