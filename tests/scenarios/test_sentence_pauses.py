@@ -130,7 +130,8 @@ async def test_sentence_spoken_while_the_model_streams_a_tool_call() -> None:
     v = await voice_session(llm, lookup)
     await v.session.run(user_input="check")
     speaking = v.timeline.times_of("speaking")
-    assert speaking[0] <= 0.15
+    # released by the tool-call chunk itself, not by the quiet after it
+    assert speaking[0] < 0.05
     assert v.tts.texts == [NOTICE, "Found it."]
     v.timeline.assert_never("listening", between=(0.0, speaking[-1]))
     await v.session.aclose()

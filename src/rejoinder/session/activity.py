@@ -354,6 +354,8 @@ class AgentActivity:
                 meter.observe(chunk)
                 if chunk.delta:
                     await delivery.push_text(chunk.delta)
+                elif chunk.tool_calls:
+                    delivery.text_paused()  # arguments stream: speak the ready sentence
                 for request_call in chunk.tool_calls:
                     call = FunctionCall(
                         call_id=request_call.call_id or new_id("call"),

@@ -52,6 +52,10 @@ class Delivery(ABC):
         await self._show(text)
         self._parts.append(text)
 
+    def text_paused(self) -> None:  # noqa: B027 - text is delivered as it comes
+        """The model's stream sent something other than text (a tool call): what waits
+        for more text may go now. Only audio holds text back (a sentence's end)."""
+
     async def _show(self, text: str) -> bool:
         """Give ``text`` to the text output; False when it failed (it is dropped)."""
         output = self._text_output
