@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,7 +74,12 @@ class Client:
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(c) for c in (self._read(), self._speaker())]
         await self.ws.send_str(json.dumps({"type": "start", "sample_rate": self.rate}))
-        await asyncio.wait_for(self.ready.wait(), 30)
+        ready = asyncio.ensure_future(self.ready.wait())
+        await asyncio.wait([ready, self._tasks[0]], timeout=120, return_when="FIRST_COMPLETED")
+        if not self.ready.is_set():
+            ready.cancel()
+            errors = [e.data for e in self.log if e.kind == "error"]
+            raise RuntimeError(f"no ready from the server (errors: {errors})")
         self._tasks.append(asyncio.create_task(self._microphone()))
 
     async def stop(self) -> None:
@@ -89,11 +95,8 @@ class Client:
 
     def idle(self) -> bool:
         """Nobody talks: the agent listens, the user is silent, the speaker is empty."""
-        return (
-            self.agent_state == "listening"
-            and self.user_state == "listening"
-            and not (self._queued or self._clip)
-        )
+        user_quiet = self.user_state in ("listening", "away")  # away: silent a long time
+        return self.agent_state == "listening" and user_quiet and not (self._queued or self._clip)
 
     # ------------------------------------------------------------ microphone
 
@@ -191,4 +194,6 @@ class Client:
                 self.agent_state = event["state"]
             elif kind == "user_state":
                 self.user_state = event["state"]
+            elif kind == "error":
+                print(f"server error: {event}", file=sys.stderr, flush=True)
         self.closed = True

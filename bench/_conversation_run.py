@@ -188,6 +188,6 @@ async def _transcribed(client: Client, mark: int, deadline: float) -> None:
                 finals += 1
             elif e.kind == "agent_state" and e.data.get("state") == "thinking":
                 answered = True
-        if ends and client.user_state == "listening" and (finals >= ends or answered):
+        if ends and client.user_state != "speaking" and (finals >= ends or answered):
             return
         await asyncio.sleep(0.02)

@@ -283,6 +283,9 @@ async def bench(args: argparse.Namespace) -> tuple[list[fig.Outcome], dict[str, 
             )
             outcomes += result
             cpu[(half.name, condition)] = (seconds, answers)
+    except Exception:
+        log(f"the server's log ends with:\n{server.tail()}")
+        raise
     finally:
         server.stop()
     meta = {
