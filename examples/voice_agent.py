@@ -2,10 +2,11 @@
 
     .venv/bin/rejoinder dev examples/voice_agent.py      # then open http://127.0.0.1:8000/
 
-Silero VAD hears when you speak, Whisper tiny.en transcribes it, the rule-based demo LLM
-answers (weather, a background timer, a flight booking that fails), and Piper speaks the
-answer. Everything runs on this machine; nothing is downloaded. The page shows the agent's
-and the user's state as the session reports it.
+Silero VAD hears when you speak, Whisper transcribes it, Smart Turn and the words decide
+when you have finished, the rule-based demo LLM answers (weather, a background timer, a
+flight booking that fails), and Piper speaks the answer; "uh-huh" while it talks is let
+pass, "wait" stops it. Everything runs on this machine; nothing is downloaded. The page
+shows the agent's and the user's state as the session reports it.
 
 The demo LLM is not a language model: it reacts to keywords ("what's the weather in
 Paris", "set a timer for five seconds", "book a flight to Rome", "help"). To talk to a
@@ -104,9 +105,9 @@ def make_llm() -> rj.LLM:
 async def entrypoint(conn: Connection) -> None:
     session: rj.AgentSession[None] = rj.AgentSession(
         llm=make_llm(),
-        vad=local.SileroVAD(),  # small: one per session
-        stt=STT,
-        tts=TTS,
+        # the offline voice setup the benchmarks measure: Silero VAD, Smart Turn and the
+        # words for turn ends, the onset classifier for interruptions (small: per session)
+        **local.voice_session_options(stt=STT, tts=TTS),
         # the longest demo timer runs in the background under the tool watchdog
         obligation_timeouts={"tool": MAX_TIMER_SECONDS + 60.0},
     )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .espeak import EspeakTTS
+    from .onset_interruption import OnsetInterruptionDetector
     from .piper_tts import PiperTTS
     from .pocketsphinx_stt import PocketSphinxSTT
     from .silero import SileroVAD
@@ -31,11 +32,13 @@ _EXPORTS = {
     "PocketSphinxSTT": "pocketsphinx_stt",
     "PiperTTS": "piper_tts",
     "SmartTurn": "smart_turn",
+    "OnsetInterruptionDetector": "onset_interruption",
     "voice_session_options": "voice_defaults",
 }
 
 __all__ = [
     "EspeakTTS",
+    "OnsetInterruptionDetector",
     "PiperTTS",
     "PocketSphinxSTT",
     "SileroVAD",

@@ -28,6 +28,7 @@ def voice_session_options(
         phone: tuned for the 8 kHz phone band (the caller's audio is narrower and
             arrives in 20 ms packets with network jitter).
     """
+    from .onset_interruption import OnsetInterruptionDetector
     from .piper_tts import PiperTTS
     from .silero import SileroVAD
     from .smart_turn import SmartTurn
@@ -39,5 +40,8 @@ def voice_session_options(
         "vad": SileroVAD(min_silence_duration=0.2),
         "stt": stt if stt is not None else WhisperSTT(),
         "tts": tts if tts is not None else PiperTTS(),
+        # Turn ends from the words and the audio model, not the recognizer's punctuation.
         "turn_detection": SmartTurn(),
+        # A backchannel or a cough over the agent changes nothing; "wait" stops it.
+        "interruption_detection": OnsetInterruptionDetector(),
     }

@@ -1,0 +1,97 @@
+"""local.OnsetInterruptionDetector in a session, on virtual time, with real speech from
+eSpeak NG said over the agent: "wait, stop" stops it at the onset verdict; "uh-huh" lets
+it talk on, with no state change and nothing added to the conversation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rejoinder as rj
+from rejoinder.models.audio import AudioFrame
+from rejoinder.models.audio_utils import resample
+from rejoinder.testing import (
+    MemoryAudioInput,
+    MemoryAudioOutput,
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    StateTimeline,
+    speech_frame,
+)
+
+pytest.importorskip("espeakng_loader")
+
+REPLY = "This is a long answer that goes on and on for quite a while, and then some more."
+
+
+async def spoken(text: str) -> list[AudioFrame]:
+    """``text`` in eSpeak's en-us voice, 16 kHz, in 20 ms frames from its first sound."""
+    from rejoinder.providers.local import EspeakTTS
+
+    tts = EspeakTTS(voice="en-us")
+
+    frames = [frame async for frame in tts.synthesize(text)]
+    pcm = resample(
+        AudioFrame(np.concatenate([f.data for f in frames]), frames[0].sample_rate), 16000
+    )
+    data = pcm.data[int(np.flatnonzero(np.abs(pcm.data) > 300)[0]) :]
+    data = np.concatenate([data, np.zeros((-data.size) % 320, np.int16)])
+    return [AudioFrame(data[i : i + 320], 16000) for i in range(0, data.size, 320)]
+
+
+async def agent_talking(said: str) -> tuple[rj.AgentSession[Any], MemoryAudioInput, Any, Any]:
+    from rejoinder.providers import local
+
+    mic = MemoryAudioInput(16000)
+    session: rj.AgentSession[Any] = rj.AgentSession(
+        llm=ScriptedLLM([[REPLY], ["Sure."]]),
+        stt=ScriptedSTT(["Hello?", said]),
+        tts=ScriptedTTS(),
+        vad=ScriptedVAD(threshold=300.0),
+        user_away_timeout=None,
+        interruption_detection=local.OnsetInterruptionDetector(),
+    )
+    session.input.audio = mic
+    session.output.audio = MemoryAudioOutput(24000)
+    timeline = StateTimeline(session)
+    await session.start(rj.Agent(instructions="voice"))
+    for _ in range(50):
+        await mic.push(speech_frame(0.02))
+    await mic.push_silence(2.0)  # the reply is audible from 1.4
+    handle = session.current_speech
+    assert handle is not None and not handle.done()
+    return session, mic, handle, timeline
+
+
+@pytest.mark.parametrize("words", ["wait, stop", "no, Wednesday"])
+async def test_a_real_interruption_stops_the_agent_within_300_ms(words: str) -> None:
+    clip = await spoken(words)
+    session, mic, handle, _ = await agent_talking(words)
+    onset = asyncio.get_running_loop().time()
+    stopped: float | None = None
+    for frame in clip:
+        await mic.push(frame)
+        if stopped is None and handle.interrupted:
+            stopped = asyncio.get_running_loop().time()
+    await mic.push_silence(2.0)
+    assert stopped is not None and stopped - onset <= 0.3
+    await session.aclose()
+
+
+@pytest.mark.parametrize("words", ["uh-huh", "mm-hmm"])
+async def test_a_backchannel_over_the_agent_changes_nothing(words: str) -> None:
+    clip = await spoken(words)
+    session, mic, handle, timeline = await agent_talking(words.capitalize() + ".")
+    onset = asyncio.get_running_loop().time()
+    for frame in clip:
+        await mic.push(frame)
+    await mic.push_silence(8.0)
+    assert not handle.interrupted
+    assert timeline.agent_states(since=onset) == ["speaking", "listening"]
+    assert [m.role for m in session.history.messages()] == ["user", "assistant"]
+    await session.aclose()
