@@ -6,9 +6,12 @@ at Piper's 22050 Hz, 20 ms a frame, silence in between), and plays the agent's a
 through a simulated speaker that reports ``played``. It checks the whole loop once: its
 words are transcribed, the answer's audio arrives, the agent's states come in order, and
 ``speaking`` follows its own playback (not the server's sending); then it talks over a
-long answer, gets ``clear``, reports where it stopped, and the history keeps the heard
-part, marked interrupted. The finer points of playback truth and barge-in are checked
-exactly, with the scripted stack, in ``test_websocket_scripted.py``.
+long answer: an "uh-huh" changes nothing (no ``clear``, no state change, no turn), a "wait,
+stop" gets ``clear`` within a few hundred milliseconds of its onset (the shipped
+``local.voice_session_options``: the onset detector stops the agent), the client reports
+where it stopped, and the history keeps the heard part, marked interrupted. The finer
+points of playback truth and barge-in are checked exactly, with the scripted stack, in
+``test_websocket_scripted.py``.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ pytest.importorskip("onnxruntime", reason="SileroVAD needs onnxruntime (rejoinde
 if importlib.util.find_spec("silero_vad") is None:
     pytest.skip("SileroVAD needs: pip install --no-deps silero-vad", allow_module_level=True)
 
-from rejoinder.providers.local import PiperTTS, SileroVAD, WhisperSTT
+from rejoinder.providers import local
+from rejoinder.providers.local import PiperTTS, WhisperSTT
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(120)]
 
 ASK = "Hello, can you hear me?"
 ASK_MORE = "Please tell me a long story."
 BARGE = "Wait, stop, stop."
+BACKCHANNEL = "Uh-huh."
 REPLY = "Yes, I can hear you."
 LONG = (
     "Once upon a time there was a small town by the sea, where every morning the "
@@ -63,6 +68,12 @@ async def spoken(tts: PiperTTS, text: str) -> bytes:
     return np.concatenate([f.data for f in frames]).astype("<i2").tobytes()
 
 
+def onset(pcm: bytes, rate: int) -> float:
+    """Seconds from the clip's start to its first sound (Piper leads with silence)."""
+    samples = np.abs(np.frombuffer(pcm, "<i2").astype(np.int32))
+    return float(np.flatnonzero(samples > 300)[0]) / rate
+
+
 def final_agent(text: str | None = None) -> Any:
     def match(m: Any) -> bool:
         return (
@@ -79,7 +90,9 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
     began = time.perf_counter()
     tts, stt = PiperTTS(), WhisperSTT()
     await asyncio.wait_for(asyncio.gather(tts.load(), stt.load()), LOAD_TIMEOUT)
-    ask, ask_more, barge = [await spoken(tts, t) for t in (ASK, ASK_MORE, BARGE)]
+    ask, ask_more, barge, backchannel = [
+        await spoken(tts, t) for t in (ASK, ASK_MORE, BARGE, BACKCHANNEL)
+    ]
     loaded = time.perf_counter()
 
     sessions: list[rj.AgentSession[Any]] = []
@@ -87,10 +100,8 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
     async def entrypoint(conn: Connection) -> None:
         session: rj.AgentSession[Any] = rj.AgentSession(
             llm=ScriptedLLM([[REPLY], [LONG], ["Okay."]]),
-            vad=SileroVAD(min_silence_duration=0.3),
-            stt=stt,
-            tts=tts,
             user_away_timeout=None,
+            **local.voice_session_options(stt=stt, tts=tts),
         )
         sessions.append(session)
         await conn.serve(session, rj.Agent(instructions="a voice agent"))
@@ -123,9 +134,15 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
                 20,
                 after=mark,
             )
-            await client.silence(1.5)
+            await client.silence(1.0)
+            talked_over = len(client.messages)
+            await client.speak(backchannel)
+            await client.silence(1.5)  # its transcript is in, judged a backchannel
+            after_backchannel = client.messages[talked_over:]
+            barged_at = client.now + onset(barge, tts.sample_rate)
             await client.speak(barge)
             await client.wait_for(lambda m: isinstance(m, Clear), 10, after=mark)
+            cleared_at = next(t for t, m in client.messages[mark:] if isinstance(m, Clear))
             cut = await client.wait_for(final_agent(), 10, after=mark)
             await client.close()
     finally:
@@ -153,6 +170,13 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
     assert first_heard - first_audio >= 0.15  # the client's jitter buffer
     assert last_heard < done_at
 
+    # "uh-huh" over the agent: the reply went on, nothing was cleared or changed state
+    assert not [m for _, m in after_backchannel if isinstance(m, Clear | AgentStateMessage)]
+    # "wait, stop": cleared at the client a few hundred ms after its onset (300 ms is the
+    # benchmark's p90 target; a loaded CI machine gets some slack here)
+    print(f"barge-in: clear {1000 * (cleared_at - barged_at):.0f} ms after the onset")
+    assert cleared_at - barged_at < 0.45
+
     assert isinstance(cut, TranscriptMessage) and cut.interrupted
     cleared = [r for r in client.reports if r.cleared]
     assert len(cleared) == 1 and client.dropped > 0
@@ -160,4 +184,6 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
     heard = [m for m in history if m.role == "assistant" and m.interrupted]
     assert len(heard) == 1 and heard[0].content == cut.text
     assert heard[0].content and LONG.startswith(heard[0].content)
-    assert len(heard[0].content) < len(LONG) / 2  # about 2 s of a 15 s answer
+    assert len(heard[0].content) < len(LONG) / 2  # about 3 s of a 15 s answer
+    users = [m.content for m in history if m.role == "user"]
+    assert not any("uh" in re.sub(r"[^a-z ]", " ", u.lower()).split() for u in users), users
