@@ -93,6 +93,10 @@ class Client:
     def playing(self) -> bool:
         return self._queued > 0
 
+    def agent_quiet(self) -> bool:
+        """The agent listens and nothing is playing or being said."""
+        return self.agent_state == "listening" and not (self._queued or self._clip)
+
     def idle(self) -> bool:
         """Nobody talks: the agent listens, the user is silent, the speaker is empty."""
         user_quiet = self.user_state in ("listening", "away")  # away: silent a long time

@@ -41,7 +41,8 @@ GAP = 1.0
 SETTLE_LIMIT = 45.0  # an utterance never takes longer than this to be over
 LISTEN_AFTER = 2.5  # after a barge-in clip: long enough for a pause or a late answer
 LEAD_WAIT = 12.0  # the lead only sets a barge-in up: its answer may be slow
-TRANSCRIPT_WAIT = 15.0  # how long after a clip its final transcript may still come
+TRANSCRIPT_WAIT = 8.0  # how long after a clip its final transcript may still come
+NOISE_HOLD = 4.0
 
 
 class Server:
@@ -92,11 +93,16 @@ class Server:
 
 async def settle(client: Client, not_before: float) -> bool:
     """Wait until nobody has talked for ``GAP`` s and it is ``not_before``; False if that
-    did not happen within ``SETTLE_LIMIT``."""
+    did not happen within ``SETTLE_LIMIT``. Noise can hold the VAD open (babble is
+    speech): once the agent alone has been quiet for ``NOISE_HOLD`` s, a user still
+    "speaking" is taken for the room."""
     deadline = time.perf_counter() + SETTLE_LIMIT
     quiet_since: float | None = None
+    agent_quiet_since: float | None = None
     while (now := time.perf_counter()) < deadline and not client.closed:
-        if client.idle():
+        agent_quiet_since = (agent_quiet_since or now) if client.agent_quiet() else None
+        held_open = agent_quiet_since is not None and now - agent_quiet_since >= NOISE_HOLD
+        if client.idle() or held_open:
             quiet_since = quiet_since or now
             if now - quiet_since >= GAP and now >= not_before:
                 return True
