@@ -392,7 +392,7 @@ class FloorMachine(RuleBasedStateMachine):
                 # (f) the pause ended with the output resuming: no listening since the
                 # yield, and, if it is audible, speaking again straight away
                 assert not fact.listened, f"{ob!r} resumed after a listening edge"
-                if fact.audible:
+                if fact.audible and self.started:
                     assert self.rep_agent == "speaking"
         else:
             # late facts on a closed obligation mean nothing
