@@ -13,7 +13,11 @@ The oracle subscribes before ``start`` and judges every reported change as it ha
   its own, unless a cause happened at exactly that instant;
 * the user is never ``away`` while an obligation of a live owner is open, nor while
   work the test itself tracks (a tool of the current agent, its ``on_enter``, an
-  ``update_agent`` switch in progress) runs: the second check does not trust the floor.
+  ``update_agent`` switch in progress) runs: the second check does not trust the floor;
+* a reply paused because the user may be interrupting it is still owed: no ``listening``
+  until it is interrupted, and a ``listening`` edge is final for it, it never resumes
+  (``_voice.PauseWatch``, which watches the speaker, not the floor). A user turn said
+  into the microphone is a cause once it is recorded; a noise is none.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from hypothesis import HealthCheck, seed, settings
 
 import rejoinder as rj
 from rejoinder.floor import KINDS, ObligationKind
+
+from ._voice import PauseWatch
 
 HANDOFF_WATCHDOG = KINDS[ObligationKind.HANDOFF].watchdog
 TRACE = os.environ.get("REJOINDER_ORACLE_TRACE") == "1"
@@ -143,18 +149,20 @@ def _run_loop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def check_floor(session: rj.AgentSession[Any]) -> None:
-    """The reported state is the one the floor's facts give (DESIGN §1, §4 a-c)."""
+    """The reported state is the one the floor's facts give: speaking while un-paused
+    output is audible, thinking while a reply is paused or a live owner owes one."""
     floor = session._turn_state.floor
     open_obs = floor.open_obligations()
     live = [ob for ob in open_obs if floor.is_live(ob.owner)]
+    paused = [ob for ob in open_obs if ob.yielded]
     if any(ob.audible and not ob.yielded for ob in open_obs):
         expected = "speaking"
-    elif any(ob.committed and not ob.yielded for ob in live):
+    elif paused or any(ob.committed for ob in live):
         expected = "thinking"
     else:
         expected = "listening"
     assert session.agent_state == expected, (session.agent_state, open_obs)
-    if live:
+    if live or paused:
         assert session.user_state != "away", open_obs
 
 
@@ -211,6 +219,8 @@ class Oracle:
         self._last_cause_at: float | None = None
         self._last_cause = ""
         self._previous: rj.AgentStateChangedEvent | None = None
+        self.pauses = PauseWatch(self._note)
+        """Judges every pause of a ``_voice.WatchedSpeaker`` given to the session."""
 
     # ------------------------------------------------------------ wiring
 
@@ -221,6 +231,7 @@ class Oracle:
         session.on("speech_created", self._speech_created)
         session.on("conversation_item_added", self._item_added)
         session.on("error", self._error)
+        self.pauses.attach(session)  # after the state log: its notes follow the change
 
     @staticmethod
     def _now() -> float:
@@ -239,6 +250,7 @@ class Oracle:
 
     def check(self) -> None:
         assert not self.violations, self.violations[0] + "\n" + self.describe()
+        self.pauses.check(self.describe)
 
     # ------------------------------------------------------------ causes
 
@@ -335,8 +347,8 @@ class Oracle:
         return False
 
     def _check_not_entering(self) -> None:
-        """While the current agent's on_enter runs it reports thinking (DESIGN §1b), up to
-        the ``handoff`` watchdog (an on_enter may wait for the user through a task)."""
+        """While the current agent's on_enter runs it reports thinking, up to the
+        ``handoff`` watchdog (an on_enter may wait for the user through a task)."""
         current = self._current_agent()
         now = self._now()
         entering = [
@@ -385,6 +397,10 @@ class Oracle:
             or ""
         )
         self._note(f"item {type(item).__name__} {text!r:.40}")
+        if isinstance(item, rj.ChatMessage) and item.role == "user":
+            # A user turn (typed, or said into the microphone) is recorded: something
+            # new to answer. A noise or a discarded turn records nothing.
+            self.cause("user turn recorded")
 
     def _error(self, ev: rj.ErrorEvent) -> None:
         self._note(f"error {ev.source} recoverable={ev.recoverable}: {ev.error!r:.80}")

@@ -1,8 +1,13 @@
 """Randomized lifecycle test: random sequences of user turns (plain, tools inline and in
-the background, failures, handoffs, AgentTasks), say(), interrupts and time passing, then
-a close, on virtual time. After every step the reported state must follow from the floor's
-facts; every operation must finish within its bound; after the close nothing of ours may
-still run and the history must pair every tool call with exactly one output.
+the background, failures, handoffs, AgentTasks), say(), interrupts, the user's voice (a
+noise, a long wordless noise, or a turn's words, at once or over the agent's speech: a
+tentative interruption that resumes or becomes a real one) and time passing, then a close,
+on virtual time, with a text-only or an audio output. After every step the reported state
+must follow from the floor's facts; a reply paused over the user's speech is never
+reported ``listening`` while it is still owed, nor resumes after a ``listening``
+(``_voice.PauseWatch``); every operation must finish within its bound; after the close
+nothing of ours may still run and the history must pair every tool call with exactly one
+output.
 
 ``REJOINDER_STRESS_EXAMPLES`` raises the example count (``make stress`` runs 100,000).
 Agent switches in every combination are the subject of ``test_switch_random``.
@@ -13,13 +18,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.testing import Delay, Fail, ScriptedLLM, StateTimeline, ToolCall, advance
+from rejoinder.testing import (
+    Delay,
+    Fail,
+    MemoryTextOutput,
+    ScriptedLLM,
+    ScriptedTTS,
+    StateTimeline,
+    ToolCall,
+    advance,
+)
 
 from ._lifecycle import check_floor, check_history, run_on_virtual_time, stress_settings
+from ._voice import LINE, PauseWatch, Voice, WatchedSpeaker, utterances
 
 TURN_KINDS = ["text", "quick", "slow", "background", "handoff", "task", "fail"]
 BOUND = 120.0  # virtual seconds any single operation may take
@@ -73,7 +88,8 @@ def make_agent(name: str) -> rj.Agent:
 def model(ctx: rj.ChatContext) -> list[Any]:
     last = ctx.items[-1] if ctx.items else None
     if isinstance(last, rj.ChatMessage) and last.role == "user":
-        kind = last.content
+        # Utterances said close together make one turn ("text quick"): its last one counts.
+        kind = last.content.split()[-1]
         if kind == "text":
             return ["Hi", Delay(0.5), " there."]
         if kind == "fail":
@@ -92,16 +108,33 @@ operations = st.lists(
         st.tuples(st.just("say"), st.booleans()),
         st.tuples(st.just("interrupt")),
         st.tuples(st.just("advance"), st.sampled_from([0.0, 0.1, 0.5, 1.0, 2.5, 5.0])),
+        st.tuples(
+            st.just("voice"),
+            # half of them a noise, too short to interrupt: over speech, a tentative one
+            utterances(TURN_KINDS),
+            # at once, over whatever the agent says, or over a line said for it
+            st.sampled_from(["now", "speaking", "say"]),
+        ),
     ),
     max_size=12,
 )
 
 
-async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
+async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool) -> None:
     before = {t for t in asyncio.all_tasks() if not t.done()}
-    session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM(model), user_away_timeout=4.0)  # type: ignore[arg-type]
-    session.output.transcription = rj.MemoryTextOutput()
+    voice, pauses = Voice(), PauseWatch()
+    session: rj.AgentSession[None] = rj.AgentSession(
+        llm=ScriptedLLM(model),  # type: ignore[arg-type]
+        tts=ScriptedTTS() if audio else None,
+        user_away_timeout=4.0,
+        **voice.session_options(),
+    )
+    voice.attach(session)
+    if audio:
+        session.output.audio = WatchedSpeaker(pauses)
+    session.output.transcription = MemoryTextOutput()
     StateTimeline(session)  # raises if an event's old state is not the previous new state
+    pauses.attach(session)
     await session.start(make_agent("front"))
     handles: list[rj.SpeechHandle] = []
     for op in ops:
@@ -114,9 +147,15 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
             handles.append(session.say("A notice.", allow_interruptions=op[1]))
         elif name == "interrupt":
             await asyncio.wait_for(session.interrupt(), BOUND)
+        elif name == "voice":
+            if op[2] == "say":
+                handles.append(session.say(LINE))
+            await voice.say(session, op[1], barge_in=op[2] != "now")
         else:
             await asyncio.sleep(op[1])
         check_floor(session)
+        pauses.check()
+    pauses.closing = True
     if close_with_drain:
         await asyncio.wait_for(session.drain(timeout=60.0), BOUND)
     else:
@@ -126,12 +165,15 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool) -> None:
     leaked = {t for t in asyncio.all_tasks() if not t.done()} - before - {asyncio.current_task()}
     assert not leaked, leaked
     assert all(h.done() for h in handles)
+    pauses.check()
     check_history(session.history)
+    for what in sorted(pauses.counts):  # what the example exercised
+        event(f"speaker {what}")
 
 
 @stress_settings(default_examples=500)  # CI runs the same 500 sequences every time
-@given(ops=operations, close_with_drain=st.booleans())
+@given(ops=operations, close_with_drain=st.booleans(), audio=st.booleans())
 def test_random_lifecycles_keep_every_promise(
-    ops: list[tuple[Any, ...]], close_with_drain: bool
+    ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool
 ) -> None:
-    run_on_virtual_time(lambda: scenario(ops, close_with_drain))
+    run_on_virtual_time(lambda: scenario(ops, close_with_drain, audio))

@@ -1,17 +1,21 @@
-"""Randomized lifecycle test with agent switches (DESIGN §1, §1b; SCENARIOS F).
+"""Randomized lifecycle test with agent switches.
 
 Random sequences of user turns (plain, tools inline and in the background, failures,
 handoffs returned by inline and by background tools, AgentTasks that speak and complete,
 that ask and are completed by the user's next turn, nested ones), ``run()``, ``say()``
 (awaited or not), ``interrupt()`` (also a few loop iterations into a turn that enters a
 task), ``update_agent()`` (awaited or not), failing text outputs swapped in and out,
-wrong-typed public calls, and time passing, on a text-only or an audio session, on
-virtual time.
+wrong-typed public calls, the user's voice (a noise, a long wordless noise, or words that
+make a turn; said at once or over the agent's speech, where a noise is a tentative
+interruption that pauses the reply and resumes it, and a longer one interrupts it), and
+time passing, on a text-only or an audio session, on virtual time.
 
 The oracle (``_lifecycle.Oracle``) watches the event stream for a false ``listening``
 (one not followed by a new cause before the agent speaks or thinks again), 0 ms pulses,
-``away`` while work of the current owner runs; after every step the reported state must
-follow from the floor's facts. At the end, after generous time, the agent is
+``away`` while work of the current owner runs, ``listening`` while a paused reply is
+still owed, and a paused reply resuming after ``listening``; after every step the
+reported state must follow from the floor's facts. At the end, after generous time, the
+agent is
 ``listening``, the session still answers, every call returned within its bound, every
 speech resolved, nothing of ours still runs after the close, and the history pairs every
 tool call with exactly one output.
@@ -36,7 +40,6 @@ import rejoinder as rj
 from rejoinder.testing import (
     Delay,
     Fail,
-    MemoryAudioOutput,
     MemoryTextOutput,
     ScriptedLLM,
     ScriptedTTS,
@@ -52,6 +55,7 @@ from ._lifecycle import (
     run_on_virtual_time,
     stress_settings,
 )
+from ._voice import LINE, Voice, WatchedSpeaker, utterances
 
 DEFAULT_EXAMPLES = 2000  # CI (the suite's 5-minute budget); make stress: 100,000
 BOUND = 120.0  # virtual seconds any single awaited call may take
@@ -283,7 +287,8 @@ def model(ctx: rj.ChatContext) -> list[Any]:
     role = getattr(ctx.items[0], "content", "") if ctx.items else ""
     last = ctx.items[-1] if ctx.items else None
     if isinstance(last, rj.ChatMessage) and last.role == "user":
-        return reply_to(role, last.content)
+        # Utterances said close together make one turn ("text quick"): its last one counts.
+        return reply_to(role, last.content.split()[-1])
     return ["Done", Delay(0.2), "."]
 
 
@@ -401,6 +406,10 @@ operations = st.lists(
         st.tuples(st.just("enter_interrupt"), st.sampled_from(ENTERING), st.integers(0, 24)),
         st.tuples(st.just("output"), st.sampled_from(OUTPUTS)),
         st.tuples(st.just("bad"), st.sampled_from(sorted(BAD_CALLS))),
+        # Said at once, or over the agent's speech (whatever it is saying, or a line
+        # said for the purpose): there a noise is a tentative interruption.
+        st.tuples(st.just("voice"), utterances(KINDS), st.just("now")),
+        st.tuples(st.just("voice"), utterances(KINDS), st.sampled_from(["speaking", "say"])),
     ),
     max_size=14,
 )
@@ -425,9 +434,16 @@ setups = st.builds(
 )
 
 
-async def step(session: rj.AgentSession[Any], oracle: Oracle, op: tuple[Any, ...]) -> None:
+async def step(
+    session: rj.AgentSession[Any], oracle: Oracle, voice: Voice, op: tuple[Any, ...]
+) -> None:
     name = op[0]
-    if name == "user":
+    if name == "voice":
+        if op[2] == "say":
+            oracle.cause("say")
+            session.say(LINE)
+        await voice.say(session, op[1], barge_in=op[2] != "now")
+    elif name == "user":
         oracle.cause(f"user input {op[1]}")
         session.generate_reply(user_input=op[1])
     elif name == "run":
@@ -474,7 +490,7 @@ async def run_turn(session: rj.AgentSession[Any], oracle: Oracle, text: str) -> 
 
 async def said(session: rj.AgentSession[Any], handle: rj.SpeechHandle, speaker: rj.Agent) -> None:
     """An awaited say() resolves within the bound, unless its agent was paused by a task
-    (a paused caller says nothing until it resumes, DESIGN §1b)."""
+    (a paused caller says nothing until it resumes)."""
 
     async def wait() -> None:
         await handle
@@ -505,22 +521,27 @@ def hook_crashed(error: rj.ErrorEvent) -> bool:
 async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
     before = {t for t in asyncio.all_tasks() if not t.done()}
     oracle = Oracle()
+    voice = Voice()
     session: rj.AgentSession[Oracle] = rj.AgentSession(
         llm=ScriptedLLM(model),  # type: ignore[arg-type]
         tts=ScriptedTTS() if setup.audio else None,
         user_away_timeout=setup.away,
         userdata=oracle,
+        **voice.session_options(),
     )
+    voice.attach(session)
     if setup.audio:
-        session.output.audio = MemoryAudioOutput(max_lead=0.3 if setup.paced else None)
+        max_lead = 0.3 if setup.paced else None
+        session.output.audio = WatchedSpeaker(oracle.pauses, max_lead=max_lead)
     session.output.transcription = MemoryTextOutput()
     StateTimeline(session)  # raises if an event's old state is not the previous new state
     oracle.attach(session)
     front = rj.Agent(instructions="front", id="front", tools=tools())
     await asyncio.wait_for(session.start(front), BOUND)
     try:
-        await play(session, oracle, ops, setup)
+        await play(session, oracle, voice, ops, setup)
     except BaseException:
+        oracle.pauses.closing = True
         await asyncio.wait_for(session.aclose(), BOUND)  # a failure leaves nothing running
         raise
     oracle.check()
@@ -530,10 +551,10 @@ async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
     assert not leaked, leaked
     assert all(h.done() for h in oracle.speeches), oracle.describe()
     check_history(session.history)
-    report(session, oracle)
+    report(session, oracle, voice)
 
 
-def report(session: rj.AgentSession[Oracle], oracle: Oracle) -> None:
+def report(session: rj.AgentSession[Oracle], oracle: Oracle, voice: Voice) -> None:
     """What the example exercised (``--hypothesis-show-statistics``)."""
     switches = [i.new_agent_id for i in session.history.items if isinstance(i, rj.AgentHandoff)]
     event(f"switches: {min(len(switches), 6)}{'+' if len(switches) >= 6 else ''}")
@@ -544,15 +565,23 @@ def report(session: rj.AgentSession[Oracle], oracle: Oracle) -> None:
         event(f"a 0 ms speaking -> listening pulse, then {cause} at that instant")
     for source in sorted({e.source for e in oracle.errors}):
         event(f"error event from {source}")
+    for what in sorted(oracle.pauses.counts):
+        event(f"speaker {what}")
+    for what in sorted(voice.counts):
+        event(f"user {what}")
 
 
 async def play(
-    session: rj.AgentSession[Oracle], oracle: Oracle, ops: list[tuple[Any, ...]], setup: Setup
+    session: rj.AgentSession[Oracle],
+    oracle: Oracle,
+    voice: Voice,
+    ops: list[tuple[Any, ...]],
+    setup: Setup,
 ) -> None:
     """Every step, then time, then one more turn, then the close."""
     for op in ops:
         oracle._note(f"--- {op}")
-        await step(session, oracle, op)
+        await step(session, oracle, voice, op)
         check_step(session, oracle)
     oracle._note("--- settle")
     await asyncio.sleep(SETTLE)
@@ -566,6 +595,7 @@ async def play(
     assert result.final_output, (result, oracle.describe())
     check_step(session, oracle)
     oracle._note("--- close")
+    oracle.pauses.closing = True
     if setup.close_with_drain:
         await asyncio.wait_for(session.drain(timeout=60.0), BOUND)
     else:
