@@ -181,7 +181,7 @@ async def test_a_false_interruption_keeps_the_pause_as_silence(tmp_path: Path) -
     await c.session.aclose()
     _, right = read_wav(path)
     start, resumed = c.timeline.times_of("speaking")
-    paused = c.timeline.times_of("listening")[-2]
+    paused = c.timeline.times_of("thinking")[-1]  # paused: still owed, not listening
     before = paused - start
     after = c.tts.duration_of(reply) - before
     assert runs(right) == approx_runs([(start, paused), (resumed, resumed + after)])
