@@ -1,0 +1,120 @@
+"""Randomized: speech over the agent judged by an ``InterruptionDetector``, with random
+onset verdicts (interrupt, undecided, a failure), judging delays, speech lengths, words
+and moments in the reply. Against a model of the rule, on virtual time:
+
+* the reply never pauses (a backchannel must not stop it even for a moment);
+* it is interrupted exactly when the rule says: an onset ``INTERRUPT`` that lands while
+  it plays, speech past ``max_undecided_seconds``, or words that are no backchannel;
+* otherwise nothing changes: the agent only ever speaks until the reply ends, and no
+  user turn is added; when interrupted, the user's words (if any) are the next turn;
+* nothing is left: the session closes with no obligation open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import looptime
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import rejoinder as rj
+from rejoinder.testing import (
+    MemoryAudioInput,
+    MemoryAudioOutput,
+    ScriptedInterruptionDetector,
+    ScriptedLLM,
+    ScriptedSTT,
+    ScriptedTTS,
+    ScriptedVAD,
+    StateTimeline,
+    speech_frame,
+)
+
+REPLY = "This is a long answer that goes on and on for quite a while, and then some more."
+WORDS = ["Uh-huh.", "Yeah, I see.", "", "(coughs)", "No, Wednesday.", "Wait, stop."]
+VERDICTS = [rj.Interruption.INTERRUPT, rj.Interruption.UNDECIDED, RuntimeError("broke")]
+MIN_SPEECH = 0.06  # ScriptedVAD's
+STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    verdict=st.sampled_from(VERDICTS),
+    delay=st.sampled_from([0.0, 0.01, 0.05]),
+    speech_steps=st.integers(2, 35),  # 0.08-1.4 s of speech
+    said=st.sampled_from(WORDS),
+    into_reply=st.sampled_from([0.2, 1.0, 2.5]),
+)
+def test_speech_over_the_agent_is_judged_by_the_rule(
+    verdict: rj.Interruption | Exception,
+    delay: float,
+    speech_steps: int,
+    said: str,
+    into_reply: float,
+) -> None:
+    speech = speech_steps * STEP
+    assume(abs(speech - 1.0) > STEP)  # at max_undecided_seconds itself it is a race
+    onset_seconds, max_undecided = 0.2, 1.0
+    # The rule, from the script alone.
+    onset_decides = verdict is rj.Interruption.INTERRUPT and speech > MIN_SPEECH
+    interrupted = onset_decides or speech >= max_undecided + STEP / 2 or not rj.is_backchannel(said)
+
+    async def scenario() -> None:
+        detector = ScriptedInterruptionDetector(
+            [verdict], delay=delay, onset_seconds=onset_seconds,
+            max_undecided_seconds=max_undecided,
+        )  # fmt: skip
+        mic = MemoryAudioInput(16000)
+        speaker = MemoryAudioOutput(24000)
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=ScriptedLLM([[REPLY], ["Sure."]]),
+            stt=ScriptedSTT(["Hello?", said]),
+            tts=ScriptedTTS(),
+            vad=ScriptedVAD(),
+            user_away_timeout=None,
+            interruption_detection=detector,
+        )
+        session.input.audio = mic
+        session.output.audio = speaker
+        timeline = StateTimeline(session)
+        pauses: list[float] = []
+        real_pause = speaker.pause
+        speaker.pause = lambda: (pauses.append(0.0), real_pause())[1]  # type: ignore[method-assign]
+        await session.start(rj.Agent(instructions="voice"))
+        await mic.push(speech_frame(1.0))
+        await mic.push_silence(0.5 + into_reply)
+        handle = session.current_speech
+        assert handle is not None and not handle.done()
+        t_user = asyncio.get_running_loop().time()
+        for _ in range(speech_steps):
+            await mic.push(speech_frame(STEP))
+        await mic.push_silence(12.0)
+        assert pauses == []
+        assert handle.interrupted is interrupted, (verdict, speech, said)
+        users = [m.content for m in session.history.messages() if m.role == "user"]
+        if not interrupted:
+            assert timeline.agent_states(since=t_user) == ["speaking", "listening"]
+            assert users == ["Hello?"]
+        else:
+            assert users == (["Hello?", said] if said else ["Hello?"])
+            if onset_decides and delay == 0.0:
+                # stopped at the onset verdict: 0.2 s after the onset
+                assert speaker.segments[0] == pytest.approx(
+                    1.0 + 0.5 + into_reply - 1.4 + onset_seconds, abs=STEP
+                )
+        await session.aclose()
+        assert session._turn_state.owed() == []  # type: ignore[union-attr]
+
+    loop = looptime.new_event_loop(start=0)
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 600))
+    finally:
+        loop.close()
