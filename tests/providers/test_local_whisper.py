@@ -9,6 +9,7 @@ waits for in real time (see ``test_local_piper``).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import subprocess
@@ -151,6 +152,30 @@ async def test_a_short_window_result_that_looks_degenerate_is_decoded_again(
     text = await recognize(stt, frames)
     assert calls == [1]
     assert set(words(text)) >= KEY_WORDS, text
+
+
+async def test_the_full_window_decode_is_bounded_by_the_audio_length(
+    stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A looping decoder on the fallback path once ran to Whisper's 448 tokens with a beam
+    # of 5 (19 s for a 2 s phone utterance); it is held to far above speech's 3-5 tokens/s.
+    frames = await sentence_audio()
+    seconds = sum(f.duration for f in frames)
+    monkeypatch.setattr(whisper, "_MIN_TOKENS", 1)  # force the fallback, as above
+    monkeypatch.setattr(whisper, "_TOKENS_PER_SECOND", 0)
+    await stt.load()
+    model = stt._model.model  # type: ignore[union-attr]
+    asked: list[int] = []
+    transcribe = model.transcribe
+
+    def bounded(*args: object, **kwargs: object) -> object:
+        asked.append(int(kwargs["max_new_tokens"]))  # type: ignore[call-overload]
+        return transcribe(*args, **kwargs)
+
+    monkeypatch.setattr(model, "transcribe", bounded)
+    text = await recognize(stt, frames)
+    assert set(words(text)) >= KEY_WORDS, text
+    assert asked == [32 + math.ceil(seconds * 16)]
 
 
 def test_min_window_is_between_1_and_30_seconds() -> None:

@@ -96,6 +96,10 @@ _FULL_WINDOW = 3000  # frames: Whisper's 30 s
 _MARGIN_FRAMES = 100  # at least 1 s of padding after the audio in the encoder window
 _TOKENS_PER_SECOND = 12  # far above speech (3-5 tokens/s); reaching it means a loop
 _MIN_TOKENS = 16
+# The full window's decode, the fallback for a degenerate short one: a looser bound (it
+# must not fail the same way), still far below Whisper's 448 tokens.
+_FALLBACK_MIN_TOKENS = 32
+_FALLBACK_TOKENS_PER_SECOND = 16
 _COMPRESSION_LIMIT = 2.4  # faster-whisper's threshold for "too repetitive"
 _NO_SPEECH = 0.6  # faster-whisper's no-speech rule: skip if above this ...
 _LOW_LOGPROB = -1.0  # ... and the average log probability is below this
@@ -337,10 +341,17 @@ class WhisperSTT(STT):
     def _transcribe(
         self, model: Any, audio: npt.NDArray[np.float32], language: str | None
     ) -> tuple[str, Any]:
+        seconds = audio.shape[0] / _SAMPLE_RATE
         segments, info = model.transcribe(
             audio,
             language=language,
             beam_size=self.beam_size,
+            # Bounded like the short window: a decoder that loops on noise or phone audio
+            # ran to Whisper's 448 tokens per 30 s window, with a beam of 5: one 2 s
+            # phone utterance took 19 s on a loaded machine, and every transcript after
+            # it came late.
+            max_new_tokens=_FALLBACK_MIN_TOKENS
+            + math.ceil(min(seconds, 30.0) * _FALLBACK_TOKENS_PER_SECOND),
             vad_filter=False,
             condition_on_previous_text=False,
             without_timestamps=True,
