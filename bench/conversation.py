@@ -11,7 +11,7 @@ kind), synthesized at run time and cached under ``bench/.cache/``. Conditions:
 
 - ``wideband``: 16 kHz, clean;
 - ``phone``: resampled to 8 kHz, through G.711 μ-law, streamed at ``sample_rate: 8000``
-  (the agent then builds its session with ``phone=True``);
+  (the same stack: each model takes 8 kHz audio as a phone call gives it);
 - ``noise-babble``, ``noise-white``, ``noise-pink``: 16 kHz with noise at 10 dB SNR under
   the whole stream, silences included (babble: four talkers saying the half's lead
   requests in its voices). By default only the utterances of the first ``--noise-voices``

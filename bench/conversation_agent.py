@@ -3,8 +3,8 @@
     rejoinder serve bench/conversation_agent.py --host 127.0.0.1 --port PORT
 
 Each connection gets a session built exactly as the shipped offline stack builds one,
-``rj.AgentSession(llm=..., **local.voice_session_options(stt=..., tts=...))``, with
-``phone=True`` when the client's ``start`` asked for 8 kHz (the phone band). Whisper and
+``rj.AgentSession(llm=..., **local.voice_session_options(stt=..., tts=...))``, whatever
+the client's rate (the phone band gets the same stack, as a phone call does). Whisper and
 Piper are shared by every connection, as ``examples/voice_agent.py`` shares them (loading
 them per session would cost seconds each time), and they are loaded before this file
 finishes importing, so the server's /healthz answers only once they are ready.
@@ -24,9 +24,6 @@ from _conversation_reply import REPLY
 from _fakes import InstantLLM, split_even
 from rejoinder.io import Connection
 from rejoinder.providers import local
-
-PHONE_RATE = 8000
-
 
 class _SharedWhisper(local.WhisperSTT):
     async def aclose(self) -> None:
@@ -56,9 +53,8 @@ _loader.join()
 
 
 async def entrypoint(conn: Connection) -> None:
-    phone = conn.audio_input.sample_rate <= PHONE_RATE
     session: rj.AgentSession[None] = rj.AgentSession(
         llm=InstantLLM(tuple(split_even(REPLY, 12))),
-        **local.voice_session_options(stt=STT, tts=TTS, phone=phone),
+        **local.voice_session_options(stt=STT, tts=TTS),
     )
     await conn.serve(session, rj.Agent(instructions="Answer in three sentences."))

@@ -17,16 +17,17 @@ if TYPE_CHECKING:
     from ...models.tts import TTS
 
 
-def voice_session_options(
-    *, stt: STT | None = None, tts: TTS | None = None, phone: bool = False
-) -> dict[str, Any]:
+def voice_session_options(*, stt: STT | None = None, tts: TTS | None = None) -> dict[str, Any]:
     """``AgentSession`` keyword arguments for the offline conversation stack.
 
     Args:
         stt: the recognizer (default: a new ``WhisperSTT()``).
         tts: the voice (default: a new ``PiperTTS()``).
-        phone: tuned for the 8 kHz phone band (the caller's audio is narrower and
-            arrives in 20 ms packets with network jitter).
+
+    The phone band (8 kHz G.711) gets the same stack: each model takes 8 kHz audio
+    (Silero natively, Whisper and Smart Turn resampled, the onset classifier reads only
+    0-4 kHz anyway); bench/recognition.py found no treatment of 8 kHz audio that helps
+    Whisper.
     """
     from .onset_interruption import OnsetInterruptionDetector
     from .piper_tts import PiperTTS
@@ -34,7 +35,6 @@ def voice_session_options(
     from .smart_turn import SmartTurn
     from .whisper import WhisperSTT
 
-    del phone  # the phone band uses the same stack for now
     return {
         # The turn model, not a long silence, decides: end utterances quickly.
         "vad": SileroVAD(min_silence_duration=0.2),
