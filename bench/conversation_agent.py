@@ -25,6 +25,7 @@ from _fakes import InstantLLM, split_even
 from rejoinder.io import Connection
 from rejoinder.providers import local
 
+
 class _SharedWhisper(local.WhisperSTT):
     async def aclose(self) -> None:
         pass  # shared: a session that ends leaves it loaded
