@@ -9,13 +9,13 @@ agent's are when the client saw them: ``play_start`` is the first agent sample p
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from _conversation_client import Event
+from _words import edit_distance, normalize
 
 MISS_AFTER = 5.0
 """An answer that has not started playing this long after the end of speech was missed."""
@@ -52,38 +52,6 @@ class Outcome:
 
 
 # ------------------------------------------------------------------ word error
-
-_UNITS = [
-    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
-    *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"),
-    *("seventeen", "eighteen", "nineteen", "twenty"),
-]
-_SPELLING = {"ok": "okay"}
-
-
-def normalize(text: str) -> list[str]:
-    """Lowercase words without punctuation; 0-20 spelled out, so "5" matches "five"."""
-    text = text.lower().replace("-", " ")
-    text = re.sub(r"[^a-z0-9' ]", " ", text)
-    out: list[str] = []
-    for word in text.split():
-        word = word.strip("'")
-        if word.isdigit() and int(word) <= 20:
-            word = _UNITS[int(word)]
-        if word:
-            out.append(_SPELLING.get(word, word))
-    return out
-
-
-def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
-    row = list(range(len(hyp) + 1))
-    for i in range(1, len(ref) + 1):
-        diagonal, row[0] = row[0], i
-        for j in range(1, len(hyp) + 1):
-            cost = min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
-            diagonal, row[j] = row[j], cost
-    return row[len(hyp)]
-
 
 # ---------------------------------------------------------------------- judging
 

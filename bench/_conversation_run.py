@@ -11,17 +11,11 @@ waits for the answer to start playing, and ``offset`` s later says the clip over
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 
 from _conversation_audio import Clip
@@ -33,6 +27,7 @@ from _conversation_figures import (
     judge_barge_in,
     judge_speech,
 )
+from _served import ServedProcess
 from panel.panel import BARGE_IN_KINDS
 from ws_cost import free_port, proc_cpu
 
@@ -45,50 +40,25 @@ TRANSCRIPT_WAIT = 8.0  # how long after a clip its final transcript may still co
 NOISE_HOLD = 4.0
 
 
-class Server:
+class Server(ServedProcess):
     """``rejoinder serve bench/conversation_agent.py`` in its own process."""
 
     def __init__(self, port: int | None) -> None:
-        self.port = port or free_port()
-        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
-            "w+", prefix="conversation_server_", suffix=".log", delete=False
-        )
+        port = port or free_port()
         exe = Path(sys.executable).parent / "rejoinder"
         command = [str(exe), "serve", str(AGENT), "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--drain-timeout", "2"]
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
+        command += ["--port", str(port), "--drain-timeout", "2"]
+        super().__init__(command, port, log_prefix="conversation_server_")
 
-    async def wait_up(self, within: float = 180.0) -> None:
-        async with asyncio.timeout(within), aiohttp.ClientSession() as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the server exited: {self.tail()}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{self.url}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.3)
+    async def wait_up(self, within: float = 180.0, poll: float = 0.3) -> None:
+        await super().wait_up(within, poll)  # the speech models load first
 
     def cpu(self) -> float:
         """CPU seconds (user + system, every thread) of the server so far."""
         return sum(proc_cpu(f"/proc/{self.proc.pid}/stat"))
 
     def tail(self, chars: int = 3000) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-chars:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.log.name)
+        return super().tail(chars)
 
 
 async def settle(client: Client, not_before: float) -> bool:

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -24,6 +23,8 @@ from typing import Any
 import numpy as np
 
 import rejoinder as rj
+from _fakes import percentile
+from _words import word_errors
 from rejoinder.models.audio import AudioFrame, AudioInput, AudioOutput
 from rejoinder.models.tts import TTS
 
@@ -352,28 +353,6 @@ class LoopLag:
 
 
 # --------------------------------------------------------------------- figures
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
-
-
-def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(edit distance in words, reference words), after lowercasing and dropping
-    punctuation."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i in range(1, len(ref) + 1):
-        diagonal, row[0] = row[0], i
-        for j in range(1, len(hyp) + 1):
-            cost = min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
-            diagonal, row[j] = row[j], cost
-    return row[len(hyp)], len(ref)
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 def summary(turns: Sequence[Turn], final: str) -> dict[str, object]:

@@ -39,7 +39,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -50,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from _fakes import percentile as sorted_percentile
+from _words import word_errors
 from rejoinder.models import g711
 from rejoinder.models.audio import AudioFrame
 from rejoinder.models.audio_utils import resample
@@ -100,44 +101,9 @@ PRE_ROLL, TAIL = 0.3, 0.12
 
 # ------------------------------------------------------------------------ scoring
 
-_NUMBERS = [
-    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
-    *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"),
-    *("seventeen", "eighteen", "nineteen", "twenty"),
-]
-
-
-def normalize(text: str) -> list[str]:
-    """Lowercase words without punctuation, numbers 0-20 spelled out."""
-    text = text.lower().replace("\u2019", "'").replace("-", " ")
-    text = re.sub(r"[^a-z0-9' ]", " ", text)
-    out: list[str] = []
-    for word in text.split():
-        word = word.strip("'")
-        if not word:
-            continue
-        if word.isdigit() and int(word) <= 20:
-            word = _NUMBERS[int(word)]
-        out.append(word)
-    return out
-
-
-def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(word-level edit distance, reference word count) after ``normalize``."""
-    ref, hyp = normalize(reference), normalize(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i in range(1, len(ref) + 1):
-        diagonal, row[0] = row[0], i
-        for j in range(1, len(hyp) + 1):
-            cost = min(row[j] + 1, row[j - 1] + 1, diagonal + (ref[i - 1] != hyp[j - 1]))
-            diagonal, row[j] = row[j], cost
-    return row[len(hyp)], len(ref)
-
 
 def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
+    return sorted_percentile(sorted(values), q)
 
 
 # ------------------------------------------------------------------------- speech

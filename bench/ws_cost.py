@@ -34,17 +34,16 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
+
+from _served import ServedProcess
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "ws_cost_agent.py"
@@ -75,38 +74,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Server:
-    """``rejoinder serve`` in a child process, stopped with SIGTERM (killed if it hangs)."""
+class Server(ServedProcess):
+    """``rejoinder serve`` (or the bare aiohttp floor) in a child process."""
 
     def __init__(self, max_sessions: int, vad: str, *, bare: bool = False) -> None:
-        self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
-            "w+", prefix="ws_cost_server_", suffix=".log", delete=False
-        )
+        port = free_port()
         exe = Path(sys.executable).parent / "rejoinder"
-        command = [str(exe), "serve", str(AGENT), "--port", str(self.port)]
+        command = [str(exe), "serve", str(AGENT), "--port", str(port)]
         command += ["--max-sessions", str(max_sessions), "--drain-timeout", "2"]
         if bare:
-            command = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--bare-server",
-                str(self.port),
-            ]
+            command = [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port)]
         env = {**os.environ, "REJOINDER_BENCH_VAD": vad}
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.base = f"127.0.0.1:{self.port}"
-
-    async def wait_up(self, within: float = 60.0) -> None:
-        async with asyncio.timeout(within), aiohttp.ClientSession() as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the server exited: {self.tail()}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"http://{self.base}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.2)
+        super().__init__(command, port, log_prefix="ws_cost_server_", env=env)
 
     async def sessions(self) -> int:
         async with (
@@ -133,22 +112,6 @@ class Server:
         with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
             loop = int(f.read().split()[0]) / 1e9
         return user + system, system, loop
-
-    def tail(self, chars: int = 2000) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-chars:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.log.name)
 
 
 def bare_server(port: int) -> None:
