@@ -20,10 +20,13 @@ recognition has overlapped the VAD's silence; otherwise (the user went on, or th
 end of a word came after it) it is dropped and the whole utterance is recognized.
 
 Interruptions. When the user starts speaking over an interruptible reply that is
-audible, the reply is *paused* and *yielded* (the agent reports ``listening`` while the
-user talks). If the speech lasts ``min_interruption_duration`` (and has
-``min_interruption_words``, when set), the reply is interrupted. If it was only a noise,
-the reply resumes after ``false_interruption_timeout``.
+audible, and the session has an ``InterruptionDetector``, the reply goes on playing
+while ``Overlap`` decides (an onset verdict, the utterance's words, or its length): a real
+interruption interrupts it, a backchannel or a noise is dropped as never said. Without a
+detector the duration rule applies: the reply is *paused* and *yielded* (still owed: the
+agent reports ``thinking``, never ``listening``); if the speech lasts
+``min_interruption_duration`` (and has ``min_interruption_words``, when set), the reply is
+interrupted; if it was only a noise, the reply resumes after ``false_interruption_timeout``.
 """
 
 from __future__ import annotations
