@@ -53,7 +53,8 @@ BACKCHANNELS = frozenset(
         "yeah", "yea", "yep", "yup", "yes", "ya", "right", "okay", "ok", "kay", "sure",
         "alright", "all", "i", "see", "oh", "ah", "wow", "cool", "nice", "great",
         "got", "it", "gotcha", "totally", "exactly", "indeed", "true", "ha", "haha",
-        "hahaha", "hehe", "heh", "hah", "so", "good", "fine", "interesting", "really",
+        "hahaha", "hehe", "heh", "hah", "aha", "ahh", "ooh", "so", "good", "fine",
+        "interesting", "really",
     }
 )  # fmt: skip
 """Words that, alone, say "go on": a listener's feedback, not a request for the floor.
@@ -67,6 +68,10 @@ _WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
 _MAX_BACKCHANNEL_WORDS = 4
 
 
+# A hum or a grunt, however the recognizer spells it: "mm-ma", "mmhmm", "uh-uh", "hmmm".
+_HUM = re.compile(r"^(?:[mh]+[au]?)+(?:-(?:[mh]+[au]?)+)*$|^u+h+(?:-h?u+h+)*$")
+
+
 def is_backchannel(transcript: str) -> bool:
     """Whether the words are only a listener's feedback, a sound or nothing: "Uh-huh.",
     "Yeah, yeah.", "Oh, I see.", "(coughs)", "Ha ha.", "" — not "Yeah, but wait"."""
@@ -74,7 +79,7 @@ def is_backchannel(transcript: str) -> bool:
     words = _WORD.findall(text)
     if len(words) > _MAX_BACKCHANNEL_WORDS:
         return False
-    return all(word in BACKCHANNELS for word in words)
+    return all(word in BACKCHANNELS or _HUM.match(word) for word in words)
 
 
 class InterruptionDetector(ABC):

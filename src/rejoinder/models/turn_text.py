@@ -66,7 +66,6 @@ _MODALS = {"can", "could", "would", "will", "should", "may", "might", "shall"}
 _SUBJECTS = {"you", "we", "i", "they"}
 
 _BREAKS_OFF = re.compile(r"(\.\.\.|…|,|;|:|-|–|—)\s*['\")\]]*\s*$")
-_SENTENCE_END = re.compile(r"[.!?]['\")\]]*\s*$")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -92,7 +91,7 @@ def judge_text_end(transcript: str) -> TextEnd:
     if last in _SUBJECTS and words[-2] in _MODALS:  # "... can you", "... could we"
         return TextEnd.INCOMPLETE
     if last in _MAYBE:
-        # A recognizer's period is no proof of an end when it is missing, but when it
-        # is there it breaks the tie: "Turn the lights on." is complete.
-        return TextEnd.COMPLETE if _SENTENCE_END.search(text) else TextEnd.MAYBE
+        # Whatever the punctuation: Whisper writes "Can you tell me the weather in?" for
+        # a user who paused there (and went on "Paris tomorrow").
+        return TextEnd.MAYBE
     return TextEnd.COMPLETE

@@ -20,7 +20,9 @@ complete           incomplete   ``min``             the words are whole; the mod
                                                     wrong on clear questions (p = 0.1 on
                                                     "... rain in London?")
 complete           (no model)   ``min``
-maybe              complete     ``min``
+maybe              complete     ``maybe``           1 s (or ``max`` if smaller): long enough
+                                                    for a short pause after "... the
+                                                    weather in"
 maybe              incomplete   ``mid``             halfway: ``(min + max) / 2``
 maybe              (no model)   ``mid``
 incomplete         any          ``hold`` .. ``max`` a clause broken off: the user is
@@ -37,11 +39,15 @@ from __future__ import annotations
 
 from ..models.turn_text import TextEnd
 
-__all__ = ["INCOMPLETE_HOLD", "turn_end_delay"]
+__all__ = ["INCOMPLETE_HOLD", "MAYBE_HOLD", "turn_end_delay"]
 
 INCOMPLETE_HOLD = 1.5
 """The least a turn that breaks off waits (s): people resume after a filler or an "and"
 within about a second."""
+
+MAYBE_HOLD = 1.0
+"""What a turn whose last word may or may not end it ("... the lights on", "... the
+weather in") waits when the audio model says it is complete (s)."""
 
 
 def turn_end_delay(
@@ -64,5 +70,5 @@ def turn_end_delay(
     if words is TextEnd.COMPLETE:
         return 0.0 if audio_complete else min_delay
     if audio_complete:
-        return min_delay
+        return max(min_delay, min(MAYBE_HOLD, max_delay))
     return (min_delay + max_delay) / 2.0
