@@ -16,9 +16,12 @@ table, in seconds (``min``/``max`` are the session's endpointing delays):
 words              audio says   delay               why
 =================  ===========  ==================  ====================================
 complete           complete     0                   both agree: answer now
-complete           incomplete   ``min``             the words are whole; the model is often
-                                                    wrong on clear questions (p = 0.1 on
-                                                    "... rain in London?")
+complete           incomplete   ``maybe``           they disagree: 1 s, not ``max`` (the
+                                                    model is often wrong on clear questions,
+                                                    p = 0.1 on "... rain in London?"), not
+                                                    ``min`` (the recognizer mishears the word
+                                                    that breaks a clause off: "a pizza and,"
+                                                    came out "a pizza end.")
 complete           (no model)   ``min``
 maybe              complete     ``maybe``           1 s (or ``max`` if smaller): long enough
                                                     for a short pause after "... the
@@ -68,7 +71,9 @@ def turn_end_delay(
         sure = probability if probability is not None else 0.0
         return hold + (max_delay - hold) * (1.0 - min(1.0, max(0.0, sure)))
     if words is TextEnd.COMPLETE:
-        return 0.0 if audio_complete else min_delay
+        if audio_complete is None:
+            return min_delay
+        return 0.0 if audio_complete else max(min_delay, min(MAYBE_HOLD, max_delay))
     if audio_complete:
         return max(min_delay, min(MAYBE_HOLD, max_delay))
     return (min_delay + max_delay) / 2.0
