@@ -16,7 +16,8 @@ from ._speaking_order import assert_speaking_order, read
 
 class Step(rj.AgentTask[str]):
     """Asks its question on entering; a user saying "deeper" starts the next step from
-    a tool, "done" completes it, anything else is answered in words."""
+    a tool, "done" completes it (its tool ``finish``: a tool named ``done`` would hide
+    ``AgentTask.done``), anything else is answered in words."""
 
     def __init__(self, level: int) -> None:
         super().__init__(instructions=f"step {level}", id=f"step{level}")
@@ -33,7 +34,7 @@ class Step(rj.AgentTask[str]):
         return await self.inner
 
     @rj.function_tool
-    async def done(self) -> None:
+    async def finish(self) -> None:
         """The answer is complete."""
         self.complete(f"answer {self.level}")
 
@@ -62,7 +63,7 @@ def model(ctx: rj.ChatContext) -> list[Any]:
     if who == "front":
         return ["Let me ask.", ToolCall("ask")]
     if last.content in ("deeper", "done"):
-        return [ToolCall(last.content)]
+        return [ToolCall("deeper" if last.content == "deeper" else "finish")]
     return [f"{who} heard {last.content}."]
 
 
@@ -186,7 +187,7 @@ async def test_nested_tasks_complete_innermost_first(make_session: MakeSession) 
         ("output", "answer 2"),
         ("assistant", "step 1 got answer 2."),
         ("user", "done"),
-        ("call", "done"),
+        ("call", "finish"),
         ("output", ""),
     ]
     assert read(front.chat_ctx.items) == [
