@@ -67,7 +67,8 @@ bench-conversation: $(STAMP)
 # The randomized lifecycle tests, 100,000 sequences each (CI runs 3,000 and 500): the
 # same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. No
 # per-test timeout (the run takes minutes); sequences/s go to stderr every 10,000.
-STRESS_TESTS := tests/session/test_switch_random.py tests/session/test_lifecycle_random.py
+STRESS_TESTS := tests/session/test_switch_random.py tests/session/test_lifecycle_random.py \
+	tests/session/test_task_context_random.py
 stress: $(STAMP)
 	REJOINDER_STRESS_EXAMPLES=100000 REJOINDER_STRESS_PROGRESS=10000 \
 		$(BIN)/pytest -p no:cacheprovider --timeout 0 -s $(STRESS_TESTS)
