@@ -4,7 +4,7 @@ The agent stack, each agent's activity, the tool runner, the user-turn detector 
 realtime driver are handed this object instead of the ``AgentSession``: the floor driver
 (``state``), the event emitter, the history, the options, the output slots, the models,
 and the session's task scope. What a part may do is visible from what it is handed
-(STYLE.md 11). ``session`` is the public object, only for user code that a part calls
+(a small interface each). ``session`` is the public object, only for user code a part calls
 (a tool's ``RunContext.session``, ``Agent.session``); parts never use its privates.
 """
 

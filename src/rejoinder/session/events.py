@@ -1,4 +1,4 @@
-"""Session events (API.md "Events") and the emitter that delivers them.
+"""Session events and the emitter that delivers them.
 
 Times in ``created_at`` are event-loop seconds (``loop.time()``), the clock every decision
 in the session is made on, so tests on virtual time see exact values.

@@ -1,4 +1,4 @@
-"""Turns a realtime provider's protocol facts into obligations (DESIGN.md §1, provider kinds).
+"""Turns a realtime provider's protocol facts into obligations (docs/architecture.md).
 
 The provider reports what happened on the wire; this class decides what the agent owes
 because of it, and opens each successor before it closes the predecessor (Rule 2):

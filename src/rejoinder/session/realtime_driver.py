@@ -9,7 +9,7 @@ reads the provider's protocol facts and
 - runs tool calls with the current agent's tools and tells the provider the results;
 - records what was said in the history and reports user speech and turns.
 
-It never decides a state itself (DESIGN.md Rule 1).
+It never decides a state itself (docs/architecture.md: only the floor decides).
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ class AgentSession(Generic[Userdata]):
         return owed_now(state.owed(), state.now())
 
     def on(self, name: EventName, callback: Any = None) -> Any:
-        """Subscribe to an event (API.md "Events"); usable as a decorator."""
+        """Subscribe to an event (README: events); usable as a decorator."""
         return self._events.on(name, callback)
 
     def off(self, name: EventName, callback: Any) -> None:

@@ -85,7 +85,7 @@ class ToolRunner:
             first=asyncio.get_running_loop().create_future(),
         )
         # Open before the task exists: the obligation must be on the floor before the
-        # reply that carries the call can end (DESIGN.md Rule 2).
+        # reply that carries the call can end (docs/architecture.md: hand-over before release).
         self._state.open_new(run.obligation, on_expire=run.cancel)
         run.task = self._spawn(self._run(run, speech, tools.get(call.name)))
         return run

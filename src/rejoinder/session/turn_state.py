@@ -195,7 +195,7 @@ class TurnState:
         on_expire: Callable[[], None] | None = None,
         uncommit: Iterable[Obligation] = (),
     ) -> None:
-        """Open ``new`` and close ``old`` in one floor step (DESIGN.md Rule 2)."""
+        """Open ``new`` and close ``old`` in one floor step (hand-over before release)."""
         old = [old] if isinstance(old, Obligation) else list(old)
         uncommit = list(uncommit)
         was_open = [ob for ob in old if ob.is_open]
