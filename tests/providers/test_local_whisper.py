@@ -86,6 +86,11 @@ async def test_transcribes_piper_speech(stt: WhisperSTT) -> None:
     # differently, and Whisper tiny.en now and then hears "of the" as "to be" (two
     # words out, two in). The key words above must be there every time.
     assert len(set(words(text)) ^ set(words(SENTENCE))) <= 4, text
+    # The last word of a clearly spoken sentence is heard with confidence (the turn-end
+    # rule treats one under 0.3 as possibly misheard).
+    transcript = await asyncio.wait_for(stt.transcribe(frames), TIMEOUT)
+    assert transcript.last_word_confidence is not None
+    assert 0.5 < transcript.last_word_confidence <= 1.0, transcript
 
 
 async def test_16_khz_stereo_frames_in_20_ms_pieces_give_the_same_words(stt: WhisperSTT) -> None:

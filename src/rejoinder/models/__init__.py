@@ -33,7 +33,7 @@ from .metrics import (
 )
 from .realtime import RealtimeError, RealtimeModel, RealtimeSession
 from .realtime_fallback import FallbackRealtime
-from .stt import STT, StreamingSTT, STTError
+from .stt import STT, StreamingSTT, STTError, Transcript
 from .text import TextOutput
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 from .tts import TTS, StreamingTTS, TTSError, TTSStream, WordTiming
@@ -83,6 +83,7 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "ToolResult",
+    "Transcript",
     "TurnDetector",
     "TurnDetectorError",
     "Usage",

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from .chat import ChatContext
 from .llm import LLM, ChatChunk, LLMError, StreamInfo, ToolChoice
 from .metrics import label_of
-from .stt import STT, STTError
+from .stt import STT, STTError, Transcript
 from .tools import ToolDefinition
 from .tts import TTS, TTSError, WordTiming
 
@@ -442,16 +442,19 @@ class FallbackSTT(STT):
         return self._breaker.probing(stt)
 
     async def recognize(self, frames: Sequence[AudioFrame]) -> str:
+        return (await self.transcribe(frames)).text
+
+    async def transcribe(self, frames: Sequence[AudioFrame]) -> Transcript:
         failures: list[str] = []
         for stt in self._breaker.candidates():
             try:
-                text = await stt.recognize(frames)
+                transcript = await stt.transcribe(frames)
             except STTError as exc:
                 self._breaker.down(stt, exc)
                 failures.append(f"{stt!r}: {exc}")
                 continue
             self._breaker.up(stt)
-            return text
+            return transcript
         raise STTError("every STT failed: " + "; ".join(failures))
 
     async def aclose(self) -> None:

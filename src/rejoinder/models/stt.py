@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,10 +24,31 @@ class STTError(Exception):
         self.retryable = retryable
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """One utterance's transcript, with what the recognizer knows about how sure it is.
+
+    ``last_word_confidence``: the recognizer's probability (0-1) for the last word it
+    wrote, ``None`` when it does not say. The session's turn-end decision reads it: a
+    recognizer that mishears the word a speaker broke off on ("a hotel near the" written
+    "a hotel near now.") is usually unsure of that word, and the sentence only *looks*
+    finished.
+    """
+
+    text: str
+    _: KW_ONLY
+    last_word_confidence: float | None = None
+
+
 class STT(ABC):
     @abstractmethod
     async def recognize(self, frames: Sequence[AudioFrame]) -> str:
         """Transcribe one utterance ("" when nothing intelligible was said)."""
+
+    async def transcribe(self, frames: Sequence[AudioFrame]) -> Transcript:
+        """The utterance's transcript and what the recognizer knows about it. The
+        session calls this; a recognizer that knows more than the text overrides it."""
+        return Transcript(await self.recognize(frames))
 
     async def aclose(self) -> None:  # noqa: B027 - most recognizers hold nothing to release
         """Release resources. Idempotent."""

@@ -37,14 +37,13 @@ from collections import deque
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
-from ..models.stt import STT, StreamingSTT
+from ..models.stt import STT, StreamingSTT, Transcript
 from ..models.turn_detector import TurnDetector
-from ..models.turn_text import judge_text_end
 from .events import UserInputTranscribedEvent
 from .metrics_emit import meter_for
 from .mute import silence_like
 from .overlap import Overlap
-from .turn_end import turn_end_delay
+from .turn_end import judge_words, turn_end_delay
 from .turn_verdict import TurnVerdicts
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ class _Early:
     __slots__ = ("frames", "result", "speech_seconds")
 
     def __init__(
-        self, speech_seconds: float, frames: int, result: asyncio.Future[str | Exception]
+        self, speech_seconds: float, frames: int, result: asyncio.Future[Transcript | Exception]
     ) -> None:
         self.speech_seconds = speech_seconds
         self.frames = frames
@@ -125,6 +124,7 @@ class UserTurns:
         self._preroll_seconds = 0.0
         self._utterance: list[AudioFrame] = []
         self._transcript: list[str] = []
+        self._last_word_confidence: float | None = None  # of the transcript's last part
         self._interim = ""
         self._recognizing = 0
         self._early: _Early | None = None
@@ -348,16 +348,16 @@ class UserTurns:
     def _recognize_early(self) -> None:
         if not self._utterance or self._ctx.closing or not self._ctx.running:
             return
-        result: asyncio.Future[str | Exception] = asyncio.get_running_loop().create_future()
+        result: asyncio.Future[Transcript | Exception] = asyncio.get_running_loop().create_future()
         self._early = _Early(self._vad.speech_seconds, len(self._utterance), result)
         self._ctx.spawn(self._recognize_into(list(self._utterance), result))
 
     async def _recognize_into(
-        self, frames: list[AudioFrame], result: asyncio.Future[str | Exception]
+        self, frames: list[AudioFrame], result: asyncio.Future[Transcript | Exception]
     ) -> None:
         try:
             try:
-                outcome: str | Exception = await self._stt.recognize(frames)
+                outcome: Transcript | Exception = await self._stt.transcribe(frames)
             except Exception as exc:  # delivered to whoever uses it; a stale one is dropped
                 outcome = exc
             result.set_result(outcome)
@@ -386,12 +386,14 @@ class UserTurns:
     ) -> None:
         try:
             if early is None:
-                text = (await self._stt.recognize(frames)).strip()
+                transcript = await self._stt.transcribe(frames)
             else:  # recognized from the pause on: what followed was silence
                 outcome = await early.result
                 if isinstance(outcome, Exception):
                     raise outcome
-                text = outcome.strip()
+                transcript = outcome
+            text = transcript.text.strip()
+            confidence = transcript.last_word_confidence
             meter_for(self._ctx).stt_done(
                 self._stt,
                 audio_duration=sum(frame.duration for frame in frames),
@@ -401,7 +403,7 @@ class UserTurns:
         except Exception as exc:
             logger.warning("speech recognition failed: %s", exc)
             self._ctx.emit_error(exc, source="stt", recoverable=True)
-            text = ""
+            text, confidence = "", None
         finally:
             self._recognizing -= 1
             if overlap is not None:
@@ -417,6 +419,7 @@ class UserTurns:
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
             self._transcript.append(text)
+            self._last_word_confidence = confidence
             self._transcribed_at = asyncio.get_running_loop().time()
             self._words_heard(text)
             if self._options.preemptive_generation and not self._vad.speaking:
@@ -436,7 +439,7 @@ class UserTurns:
         if complete is None and verdicts is not None and verdicts.judging:
             return  # the verdict reschedules this when it is in
         delay = turn_end_delay(
-            judge_text_end(" ".join(self._transcript)),
+            judge_words(" ".join(self._transcript), self._last_word_confidence),
             audio_complete=complete,
             probability=verdicts.probability if verdicts is not None else None,
             min_delay=options.min_endpointing_delay,
