@@ -53,6 +53,24 @@ CONTEXT = 64
 WINDOW_SECONDS = WINDOW / SAMPLE_RATE
 MODEL_FILE = "silero_vad_16k_sequence.onnx"
 
+# The background gate (``noise_gate_db``): the background level is a low percentile of the
+# windows' levels over the last few seconds (the pauses between words sink to it, so a
+# talker does not raise it), checked once enough audio was heard.
+_GATE_HISTORY = 12.0
+_GATE_MIN_HISTORY = 1.0
+_GATE_PERCENTILE = 10.0
+_GATE_EVERY = 16  # windows between two estimates of the background (0.5 s)
+_QUIET_BACKGROUND_DBFS = -60.0
+"""A background quieter than this is a quiet room or a phone line: the gate stays open."""
+_GATE_HYSTERESIS = 4.0  # dB: speech goes on down to the threshold less this
+_GATE_MIN_SPEECH = 8
+"""Windows (0.256 s) of loud speech that start an utterance while the gate is closed: the
+crowd's own peaks rise over it too, but briefly."""
+_GATE_QUIETEST = 20.0
+_GATE_SPEECHY = 0.5
+"""The gate closes only when the quietest fifth of the windows is, on average, this likely
+speech to the model: the background itself sounds like talk (babble)."""
+
 _PIP_ORT = "pip install onnxruntime==1.31.1 (or: pip install 'rejoinder[local]')"
 _PIP_SILERO = "pip install --no-deps silero-vad==6.2.3"
 
@@ -115,6 +133,14 @@ class SileroVAD(VAD):
     to whole 32 ms windows. A pause shorter than ``min_silence_duration`` inside speech
     counts as speech. ``batch_windows`` trades latency for CPU (see the module docstring).
 
+    ``noise_gate_db``: in a noisy room a window is speech only if it is also this many
+    dB louder than the background (a low percentile of the last 12 s). Silero hears
+    babble (other people talking) as speech, so in a café the user's turn never ended;
+    the person talking *to* the agent is nearer and louder than the crowd, and their
+    speech ends when the level falls back to it. The gate is open while the background
+    is under -60 dBFS (a quiet room, a phone line), in the first second of a stream and
+    with ``None``.
+
     The default silence (0.3 s, 10 windows) stays under the session's default
     ``min_endpointing_delay`` (0.4 s, counted from the end of speech), so the VAD is sure
     the user stopped before the turn may end, and does not add to that delay. Silero's
@@ -133,6 +159,7 @@ class SileroVAD(VAD):
         min_speech_duration: float = 0.1,
         min_silence_duration: float = 0.3,
         batch_windows: int = 1,
+        noise_gate_db: float | None = 8.0,
     ) -> None:
         if not 0.0 < deactivation_threshold <= activation_threshold <= 1.0:
             raise ValueError(
@@ -143,11 +170,14 @@ class SileroVAD(VAD):
             raise ValueError("durations must not be negative")
         if batch_windows < 1:
             raise ValueError(f"batch_windows must be at least 1, got {batch_windows}")
+        if noise_gate_db is not None and not 0.0 <= noise_gate_db <= 40.0:
+            raise ValueError(f"noise_gate_db must be within 0-40 dB or None, got {noise_gate_db}")
         self.activation_threshold = activation_threshold
         self.deactivation_threshold = deactivation_threshold
         self.min_speech_duration = min_speech_duration
         self.min_silence_duration = min_silence_duration
         self.batch_windows = batch_windows
+        self.noise_gate_db = noise_gate_db
         self._session: InferenceSession | None = None  # created on first stream()
         self._lock = threading.Lock()
 
@@ -171,6 +201,7 @@ class SileroStream(VADStream):
         self._min_speech = _windows(vad.min_speech_duration)
         self._min_silence = _windows(vad.min_silence_duration)
         self._batch = vad.batch_windows
+        self._gate = None if vad.noise_gate_db is None else _BackgroundGate(vad.noise_gate_db)
         # Model input, reused: row j = [last CONTEXT samples of the window before | window j].
         self._rows = np.zeros((self._batch, CONTEXT + WINDOW), np.float32)
         self._feeds: dict[str, Float32] = {
@@ -234,15 +265,30 @@ class SileroStream(VADStream):
     def _judge(self, events: list[VADEvent]) -> None:
         feeds = self._feeds
         probs, feeds["h"], feeds["c"] = self._session.run(None, feeds)
-        if self._batch == 1:
-            self._step(float(probs[0]), events)
-        else:
-            for p in probs.tolist():
-                self._step(p, events)
+        gate = self._gate
+        if gate is None:
+            if self._batch == 1:
+                self._step(float(probs[0]), events)
+            else:
+                for p in probs.tolist():
+                    self._step(p, events)
+            return
+        values = probs.tolist()
+        for p, margin in zip(values, gate.margins(self._rows[:, CONTEXT:], values), strict=True):
+            # Hysteresis, as for the probability: speech goes on a little nearer the
+            # background than it must start, so a quieter syllable does not end it.
+            loud = margin >= (-_GATE_HYSTERESIS if self._hot else 0.0)
+            self._step(p, events, loud)
 
-    def _step(self, p: float, events: list[VADEvent]) -> None:
+    def _to_start(self) -> int:
+        """Windows of speech that start an utterance."""
+        if self._gate is not None and self._gate.engaged:
+            return max(self._min_speech, _GATE_MIN_SPEECH)
+        return self._min_speech
+
+    def _step(self, p: float, events: list[VADEvent], loud: bool = True) -> None:
         self.last_probability = p
-        hot = p >= (self._deactivation if self._hot else self._activation)
+        hot = loud and p >= (self._deactivation if self._hot else self._activation)
         self._hot = hot
         if not self._speaking:
             if not hot:
@@ -250,7 +296,7 @@ class SileroStream(VADStream):
                 self._voiced = 0
                 return
             self._voiced += 1
-            if self._voiced >= self._min_speech:
+            if self._voiced >= self._to_start():
                 self._speaking = True
                 events.append(
                     VADEvent(
@@ -278,3 +324,57 @@ class SileroStream(VADStream):
                 )
             )
             self._voiced = 0
+
+
+class _BackgroundGate:
+    """Whether each window stands out of the background by ``margin_db`` (see
+    ``SileroVAD``'s ``noise_gate_db``), once the background sounds like speech."""
+
+    def __init__(self, margin_db: float) -> None:
+        self._margin = margin_db
+        size = _windows(_GATE_HISTORY)
+        self._levels = np.zeros(size, np.float64)  # dBFS of each window, a ring
+        self._speechy = np.zeros(size, np.float64)  # the model's probability for each
+        self._at = 0  # next slot of the ring
+        self._heard = 0  # windows heard, up to the ring's size
+        self._min_heard = _windows(_GATE_MIN_HISTORY)
+        self._threshold = -math.inf  # dBFS a window must reach; open until estimated
+
+    def margins(self, windows: Float32, probabilities: Sequence[float]) -> list[float]:
+        """dB by which each row of ``windows`` (float samples in -1..1) is louder than it
+        must be to start speech (negative: quieter)."""
+        margins = []
+        size = self._levels.shape[0]
+        for row, probability in zip(windows, probabilities, strict=True):
+            level = 10.0 * math.log10(float(np.dot(row, row)) / row.shape[0] + 1e-12)
+            self._levels[self._at] = level
+            self._speechy[self._at] = probability
+            self._at = (self._at + 1) % size
+            self._heard = min(self._heard + 1, size)
+            if self._heard >= self._min_heard and self._at % _GATE_EVERY == 0:
+                self._estimate()
+            margins.append(level - self._threshold)
+        return margins
+
+    @property
+    def engaged(self) -> bool:
+        return self._threshold > -math.inf
+
+    def _estimate(self) -> None:
+        # The ring fills from slot 0: its first ``_heard`` slots are the windows heard.
+        n = self._heard
+        levels = self._levels[:n]
+        low, quiet_edge = int(n * _GATE_PERCENTILE / 100), int(n * _GATE_QUIETEST / 100)
+        order = np.argpartition(levels, (low, quiet_edge))
+        background = float(levels[order[low]])
+        if background < _QUIET_BACKGROUND_DBFS:
+            self._threshold = -math.inf
+            return
+        # Only a background that sounds like speech to the model needs the gate: Silero
+        # already ignores steady noise (white, pink, a fan), where a level gate would only
+        # chop the user's quieter syllables. What the background sounds like is read on
+        # the quietest windows of the last seconds, which are the room's unless the user
+        # talked nearly all that time (between syllables the model still hears them).
+        quietest = order[: quiet_edge + 1]
+        crowd = float(np.mean(self._speechy[quietest])) >= _GATE_SPEECHY
+        self._threshold = background + self._margin if crowd else -math.inf
