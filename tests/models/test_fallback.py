@@ -409,11 +409,8 @@ async def test_stt_falls_back_per_utterance() -> None:
 
 
 async def test_stt_fallback_keeps_what_the_recognizer_knows_about_its_words() -> None:
-    class Unsure(ScriptedSTT):
-        async def transcribe(self, frames: Sequence[rj.AudioFrame]) -> rj.Transcript:
-            return rj.Transcript(await self.recognize(frames), last_word_confidence=0.2)
-
-    stt = rj.FallbackSTT([ScriptedSTT([], fail=True), Unsure(["near now."])])
+    unsure = ScriptedSTT([rj.Transcript("near now.", last_word_confidence=0.2)])
+    stt = rj.FallbackSTT([ScriptedSTT([], fail=True), unsure])
     transcript = await stt.transcribe([rj.AudioFrame.silence(0.5, 16000)])
     assert transcript == rj.Transcript("near now.", last_word_confidence=0.2)
     await stt.aclose()

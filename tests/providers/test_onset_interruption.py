@@ -95,3 +95,42 @@ async def test_a_backchannel_over_the_agent_changes_nothing(words: str) -> None:
     assert timeline.agent_states(since=onset) == ["speaking", "listening"]
     assert [m.role for m in session.history.messages()] == ["user", "assistant"]
     await session.aclose()
+
+
+class RecordingClassifier:
+    """Stands in for OnsetClassifier: records each window it is asked about."""
+
+    window_seconds = 0.3
+    threshold = 0.29
+
+    def __init__(self, probability: float) -> None:
+        self.probability = probability
+        self.windows: list[np.ndarray] = []
+
+    def backchannel_probability(self, pcm: np.ndarray, sample_rate: int) -> float:
+        assert sample_rate == 16000
+        self.windows.append(pcm)
+        return self.probability
+
+
+async def test_the_onset_is_judged_on_three_windows_around_the_vads_estimate() -> None:
+    # The VAD's onset came 0-0.18 s after the real one (Silero on the benchmark's voices):
+    # one window from 0.05 s before it cut the first syllable off. The session hands over
+    # the audio from lead_seconds before its estimate to onset_seconds after it.
+    classifier = RecordingClassifier(0.2)
+    from rejoinder.providers import local
+
+    detector = local.OnsetInterruptionDetector(classifier=classifier)  # type: ignore[arg-type]
+    assert detector.lead_seconds == pytest.approx(0.2)
+    assert detector.onset_seconds == pytest.approx(0.2)  # judged 0.2 s after the estimate
+    sample = np.arange(round(0.4 * 16000), dtype=np.int16)  # sample i is at i / 16000 s
+    verdict = await detector.at_onset([AudioFrame(sample, 16000)])
+    assert verdict is rj.Interruption.INTERRUPT
+    # windows of 0.3 s from 0.2, 0.15 and 0.1 s before the estimate (at 0.2 s here)
+    assert [(int(w[0]), w.size) for w in classifier.windows] == [
+        (0, 4800),
+        (800, 4800),
+        (1600, 4800),
+    ]
+    classifier.probability = 0.5  # the mean decides: feedback, let the words tell
+    assert await detector.at_onset([AudioFrame(sample, 16000)]) is rj.Interruption.UNDECIDED

@@ -61,7 +61,9 @@ class Call:
         await self.mic.push_silence(seconds)
 
 
-async def call(llm_script: list[list[Any]], transcripts: list[str], **options: Any) -> Call:
+async def call(
+    llm_script: list[list[Any]], transcripts: list[str | rj.Transcript], **options: Any
+) -> Call:
     llm = ScriptedLLM(llm_script)
     stt = ScriptedSTT(transcripts)
     tts = ScriptedTTS()

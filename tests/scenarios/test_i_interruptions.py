@@ -142,7 +142,51 @@ def test_interruption_detection_must_be_a_detector() -> None:
         ("Yeah, but wait", False),
         ("Actually I meant Tuesday", False),
         ("okay okay okay okay okay", False),
+        # What Whisper made of laughs, coughs and cut-off sounds on the benchmark's voices
+        ("Chah ha ha.", True),
+        ("Heh, heh", True),
+        ("Thank you.", True),
+        ("C-", True),
+        ("the", True),
+        ("C C C C", True),
+        ("H H H H H", True),
+        ("B", False),  # a choice, said over the agent's list
+        ("A", False),
+        ("the weather", False),
+        ("Hold on.", False),
     ],
 )
 def test_which_words_are_a_backchannel(words: str, backchannel: bool) -> None:
     assert rj.is_backchannel(words) is backchannel
+
+
+@pytest.mark.parametrize(
+    ("confidence", "interrupted"), [(0.1, False), (0.19, False), (0.3, True), (None, True)]
+)
+async def test_words_the_recognizer_made_of_a_sound_change_nothing(
+    confidence: float | None, interrupted: bool
+) -> None:
+    # Seen on the conversation benchmark: Whisper wrote "Is that right?" for a laugh over
+    # the agent, and the agent stopped for it. Its words averaged a low probability.
+    detector = ScriptedInterruptionDetector([UNDECIDED])
+    c = await call(
+        [[REPLY], ["Sure."]],
+        ["Hello?", rj.Transcript("Is that right?", confidence=confidence)],
+        interruption_detection=detector,
+    )
+    await c.speak(1.0)
+    await c.silence(1.0)
+    handle = c.session.current_speech
+    assert handle is not None
+    await c.silence(1.0)
+    t_user = now()
+    await c.speak(0.4)
+    await c.silence(8.0)
+    await handle
+    assert handle.interrupted is interrupted
+    if not interrupted:
+        assert c.timeline.agent_states(since=t_user) == ["speaking", "listening"]
+        assert user_messages(c) == ["Hello?"]
+    else:
+        assert user_messages(c) == ["Hello?", "Is that right?"]
+    await c.session.aclose()

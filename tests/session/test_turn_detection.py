@@ -419,20 +419,6 @@ async def test_a_pause_after_a_particle_is_not_the_end_of_the_turn() -> None:
         assert c.timeline.times_of("thinking") == [pytest.approx(2.4 + SILENCE + 0.03)]
 
 
-class UnsureSTT(rj.STT):
-    """Whisper's shape: each transcript comes with the confidence of its last word."""
-
-    def __init__(self, results: Sequence[tuple[str, float | None]]) -> None:
-        self.results = list(results)
-
-    async def recognize(self, frames: Sequence[AudioFrame]) -> str:
-        return (await self.transcribe(frames)).text
-
-    async def transcribe(self, frames: Sequence[AudioFrame]) -> rj.Transcript:
-        text, confidence = self.results.pop(0) if self.results else ("", None)
-        return rj.Transcript(text, last_word_confidence=confidence)
-
-
 @pytest.mark.parametrize(
     ("confidence", "verdict"),
     [(None, TextEnd.COMPLETE), (0.9, TextEnd.COMPLETE), (0.29, TextEnd.MAYBE)],
@@ -451,7 +437,12 @@ async def test_a_misheard_last_word_does_not_end_the_turn_at_once() -> None:
     # near the", Whisper wrote "a hotel near now." (its last word at p = 0.23), the audio
     # model heard a finished sentence, and the agent answered into the pause.
     detector = ScriptedTurnDetector([0.9, 0.9], delay=0.03)
-    stt = UnsureSTT([("I'm looking for a hotel near now.", 0.23), ("Conference center.", 0.95)])
+    stt = ScriptedSTT(
+        [
+            rj.Transcript("I'm looking for a hotel near now.", last_word_confidence=0.23),
+            rj.Transcript("Conference center.", last_word_confidence=0.95),
+        ]
+    )
     async with Call(detector, stt) as c:
         await c.speak(1.0)
         await c.mic.push_silence(0.8)  # under MAYBE_HOLD (1 s) from the end of speech
@@ -463,7 +454,9 @@ async def test_a_misheard_last_word_does_not_end_the_turn_at_once() -> None:
 
 async def test_a_confidently_heard_sentence_still_ends_at_once() -> None:
     detector = ScriptedTurnDetector([0.9], delay=0.03)
-    stt = UnsureSTT([("I'm looking for a hotel near the station.", 0.97)])
+    stt = ScriptedSTT(
+        [rj.Transcript("I'm looking for a hotel near the station.", last_word_confidence=0.97)]
+    )
     async with Call(detector, stt) as c:
         await c.speak(1.0)
         await c.mic.push_silence(2.0)

@@ -12,8 +12,10 @@ The detector is asked twice at most, while the agent keeps talking:
 1. ``at_onset``: with the first ``onset_seconds`` of the user's audio. ``INTERRUPT``
    stops the agent now (at the listener: the transport clears its queue);
    ``IGNORE`` (plainly a noise) and ``UNDECIDED`` let it talk on.
-2. ``after_words``: with the recognizer's transcript of the user's utterance, if it
-   ended before ``max_undecided_seconds`` of speech. ``IGNORE`` drops the utterance —
+2. ``after_transcript``: with the recognizer's transcript of the user's utterance, if it
+   ended before ``max_undecided_seconds`` of speech: words the recognizer was unsure of
+   throughout are a sound it made words of, anything else goes to ``after_words``
+   (``is_backchannel`` by default). ``IGNORE`` drops the utterance —
    the agent goes on, no state changes, nothing is added to the conversation;
    ``INTERRUPT`` interrupts and the words are the user's turn.
 
@@ -33,8 +35,21 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .audio import AudioFrame
+    from .stt import Transcript
 
-__all__ = ["BACKCHANNELS", "Interruption", "InterruptionDetector", "is_backchannel"]
+__all__ = [
+    "BACKCHANNELS",
+    "UNSURE_WORDS",
+    "Interruption",
+    "InterruptionDetector",
+    "is_backchannel",
+]
+
+UNSURE_WORDS = 0.2
+"""A transcript whose words the recognizer gave less than this probability on average,
+spoken over the agent, is a sound it made words of. Whisper tiny.en wrote "here." for a
+"yeah" and "further." for an "uh-huh" at 0.02-0.2, and the 40 interruptions of the
+conversation benchmark's tuning voices (16 kHz and phone band) averaged 0.27 and over."""
 
 
 class Interruption(enum.Enum):
@@ -54,12 +69,13 @@ BACKCHANNELS = frozenset(
         "alright", "all", "i", "see", "oh", "ah", "wow", "cool", "nice", "great",
         "got", "it", "gotcha", "totally", "exactly", "indeed", "true", "ha", "haha",
         "hahaha", "hehe", "heh", "hah", "aha", "ahh", "ooh", "so", "good", "fine",
-        "interesting", "really",
+        "interesting", "really", "thank", "thanks", "you",
     }
 )  # fmt: skip
 """Words that, alone, say "go on": a listener's feedback, not a request for the floor.
 ("So", "really" and "all right" are here because alone they are feedback; with more
-words after them they are a turn.)"""
+words after them they are a turn. "Thank you" over the agent is politeness, and what
+Whisper writes for many a non-speech sound.)"""
 
 # What recognizers write for sounds that are not words: "(coughs)", "[laughter]", "*sigh*".
 _NON_SPEECH = re.compile(r"[\(\[\*][^\)\]\*]*[\)\]\*]")
@@ -70,30 +86,56 @@ _MAX_BACKCHANNEL_WORDS = 4
 
 # A hum or a grunt, however the recognizer spells it: "mm-ma", "mmhmm", "uh-uh", "hmmm".
 _HUM = re.compile(r"^(?:[mh]+[au]?)+(?:-(?:[mh]+[au]?)+)*$|^u+h+(?:-h?u+h+)*$")
+# Laughter, however spelt: "heh", "hah", "chah", "hehehe", "hee".
+_LAUGH = re.compile(r"^(?:c?h[aeiou]+h?)+$")
+# Words that mean nothing alone: an article or a preposition the recognizer caught from
+# a sound ("the"), or a word it heard cut off ("C-").
+_STRAY = frozenset({"the", "an", "of", "to", "in", "on", "at", "for"})
+_CUT_OFF = re.compile(r"\b[a-z]+-(?![a-z])")
 
 
 def is_backchannel(transcript: str) -> bool:
     """Whether the words are only a listener's feedback, a sound or nothing: "Uh-huh.",
     "Yeah, yeah.", "Oh, I see.", "(coughs)", "Ha ha.", "" — not "Yeah, but wait"."""
     text = _NON_SPEECH.sub(" ", transcript.lower().replace("’", "'"))
+    text = _CUT_OFF.sub(" ", text)
     words = _WORD.findall(text)
+    if len(words) >= 3 and all(len(word) == 1 for word in words):
+        return True  # "C C C C", "H H H H H": a sound spelt out, not a choice of "B"
+    if len(words) == 1 and words[0] in _STRAY:
+        return True
     if len(words) > _MAX_BACKCHANNEL_WORDS:
         return False
-    return all(word in BACKCHANNELS or _HUM.match(word) for word in words)
+    return all(word in BACKCHANNELS or _HUM.match(word) or _LAUGH.match(word) for word in words)
 
 
 class InterruptionDetector(ABC):
     onset_seconds: float = 0.2
-    """How much of the user's audio from the onset of speech ``at_onset`` is given."""
+    """How much of the user's audio from the onset of speech ``at_onset`` is given (it is
+    judged that long after the onset)."""
+
+    lead_seconds: float = 0.05
+    """How much audio from before the VAD's estimate of the onset ``at_onset`` is given
+    as well (the estimate is coarse: Silero's came 0-0.18 s after the real onset)."""
 
     max_undecided_seconds: float = 1.0
     """Speech over the agent that lasts this long interrupts, whatever was decided."""
 
     @abstractmethod
     async def at_onset(self, frames: Sequence[AudioFrame]) -> Interruption:
-        """Judge the start of the user's speech over the agent (``onset_seconds`` of
-        audio from about the onset; the VAD may have placed it up to 0.1 s early).
+        """Judge the start of the user's speech over the agent (the audio from
+        ``lead_seconds`` before the VAD's estimate of the onset to ``onset_seconds``
+        after it; the estimate may be up to about 0.2 s late or 0.1 s early).
         Must be quick: the agent is still talking. Slow work belongs off the loop."""
+
+    def after_transcript(self, transcript: Transcript) -> Interruption:
+        """Judge the user's whole utterance, spoken over the agent, by what the
+        recognizer made of it: words it was unsure of throughout (``UNSURE_WORDS``) are a
+        sound; otherwise ``after_words`` decides."""
+        confidence = transcript.confidence
+        if transcript.text.strip() and confidence is not None and confidence < UNSURE_WORDS:
+            return Interruption.IGNORE
+        return self.after_words(transcript.text)
 
     def after_words(self, transcript: str) -> Interruption:
         """Judge the user's whole utterance, spoken over the agent, by its words: a

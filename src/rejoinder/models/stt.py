@@ -28,15 +28,17 @@ class STTError(Exception):
 class Transcript:
     """One utterance's transcript, with what the recognizer knows about how sure it is.
 
-    ``last_word_confidence``: the recognizer's probability (0-1) for the last word it
-    wrote, ``None`` when it does not say. The session's turn-end decision reads it: a
-    recognizer that mishears the word a speaker broke off on ("a hotel near the" written
-    "a hotel near now.") is usually unsure of that word, and the sentence only *looks*
-    finished.
+    ``confidence``: the recognizer's probability (0-1) for its words, on average;
+    ``last_word_confidence``: for the last word it wrote; ``None`` when it does not say.
+    The session reads both. A recognizer that mishears the word a speaker broke off on
+    ("a hotel near the" written "a hotel near now.") is usually unsure of that word, and
+    the sentence only *looks* finished (the turn-end decision); one that made words of a
+    sound ("here." for a laugh) is unsure of all of them (the interruption decision).
     """
 
     text: str
     _: KW_ONLY
+    confidence: float | None = None
     last_word_confidence: float | None = None
 
 

@@ -8,8 +8,9 @@ from three places, whichever is first:
 
 * the detector's ``at_onset`` verdict on the first ``onset_seconds`` of the user's audio
   (a real interruption stops here, a few hundred milliseconds after the onset);
-* the recognizer's words, when the utterance ends (``words``): a backchannel or a sound
-  is dropped as if never said; anything else interrupts and is the user's turn;
+* the recognizer's transcript, when the utterance ends (``words``): a backchannel or a
+  sound (words the recognizer was unsure of throughout) is dropped as if never said;
+  anything else interrupts and is the user's turn;
 * the user speaking on past ``max_undecided_seconds``: that is a turn, not feedback.
 
 ``UserTurns`` owns one ``Overlap`` per utterance that started over audible speech; the
@@ -27,12 +28,11 @@ from ..models.interruption import Interruption, InterruptionDetector
 
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
+    from ..models.stt import Transcript
     from .context import SessionContext
     from .speech import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
-
-_LEAD = 0.05  # audio given from before the estimated onset (the VAD's estimate is coarse)
 
 
 class Overlap:
@@ -90,7 +90,7 @@ class Overlap:
         self._onset_timer = None
         if self.decided or not self.relevant:
             return
-        frames = _since(self._audio(), self._onset_at - _LEAD)
+        frames = _since(self._audio(), self._onset_at - self._detector.lead_seconds)
         self._ctx.spawn(self._onset_verdict(frames))
 
     async def _onset_verdict(self, frames: list[AudioFrame]) -> None:
@@ -121,12 +121,12 @@ class Overlap:
             self._long_timer.cancel()
             self._long_timer = None
 
-    def words(self, transcript: str) -> bool:
+    def words(self, transcript: Transcript) -> bool:
         """The utterance's transcript is in; whether to drop it (a backchannel or a
         sound over a reply still playing)."""
         if self.decided or not self.relevant:
             return False
-        verdict = self._detector.after_words(transcript)
+        verdict = self._detector.after_transcript(transcript)
         if verdict is Interruption.IGNORE:
             self._decide(verdict, "words")
             return True

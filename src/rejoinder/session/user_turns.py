@@ -393,7 +393,6 @@ class UserTurns:
                     raise outcome
                 transcript = outcome
             text = transcript.text.strip()
-            confidence = transcript.last_word_confidence
             meter_for(self._ctx).stt_done(
                 self._stt,
                 audio_duration=sum(frame.duration for frame in frames),
@@ -403,13 +402,14 @@ class UserTurns:
         except Exception as exc:
             logger.warning("speech recognition failed: %s", exc)
             self._ctx.emit_error(exc, source="stt", recoverable=True)
-            text, confidence = "", None
+            transcript = Transcript("")
+            text = ""
         finally:
             self._recognizing -= 1
             if overlap is not None:
                 overlap.cancel()
         self._interim = ""
-        if overlap is not None and overlap.words(text):
+        if overlap is not None and overlap.words(transcript):
             # Feedback ("uh-huh"), a cough, laughter: as if it was never said.
             if not self.manual:
                 self._schedule_commit()
@@ -419,7 +419,7 @@ class UserTurns:
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
             self._transcript.append(text)
-            self._last_word_confidence = confidence
+            self._last_word_confidence = transcript.last_word_confidence
             self._transcribed_at = asyncio.get_running_loop().time()
             self._words_heard(text)
             if self._options.preemptive_generation and not self._vad.speaking:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..models.audio import AudioFrame
-from ..models.stt import StreamingSTT, STTError
+from ..models.stt import StreamingSTT, STTError, Transcript
 from ..models.vad import VAD, VADEvent, VADStream
 
 
@@ -89,11 +89,13 @@ class _EnergyStream(VADStream):
 class ScriptedSTT(StreamingSTT):
     """Returns ``transcripts`` in order, one per utterance (or a function of the
     utterance's audio seconds). While an utterance is spoken it reports, every
-    ``interim_every`` seconds of audio, the words of the coming transcript heard so far."""
+    ``interim_every`` seconds of audio, the words of the coming transcript heard so far.
+    A transcript may be an ``rj.Transcript``, to script the recognizer's confidence
+    (``transcribe`` returns it; ``recognize`` its text)."""
 
     def __init__(
         self,
-        transcripts: Sequence[str] | Callable[[float], str],
+        transcripts: Sequence[str | Transcript] | Callable[[float], str | Transcript],
         *,
         latency: float = 0.0,
         interim_every: float | None = 0.2,
@@ -111,19 +113,21 @@ class ScriptedSTT(StreamingSTT):
         self._heard = 0.0
         self._last_interim = 0.0
 
-    def _upcoming(self, seconds: float) -> str:
+    def _upcoming(self, seconds: float) -> Transcript:
         if callable(self._transcripts):
-            return self._transcripts(seconds)
-        if self._next < len(self._transcripts):
-            return self._transcripts[self._next]
-        return ""
+            upcoming = self._transcripts(seconds)
+        elif self._next < len(self._transcripts):
+            upcoming = self._transcripts[self._next]
+        else:
+            upcoming = ""
+        return upcoming if isinstance(upcoming, Transcript) else Transcript(upcoming)
 
     def push(self, frame: AudioFrame, on_interim: Callable[[str], None]) -> None:
         self._heard += frame.duration
         if self.interim_every is None or self._heard - self._last_interim < self.interim_every:
             return
         self._last_interim = self._heard
-        words = self._upcoming(self._heard).split()
+        words = self._upcoming(self._heard).text.split()
         heard_words = words[: int(self._heard * self.words_per_second)]
         if heard_words:
             on_interim(" ".join(heard_words))
@@ -132,6 +136,9 @@ class ScriptedSTT(StreamingSTT):
         self._heard = self._last_interim = 0.0
 
     async def recognize(self, frames: Sequence[AudioFrame]) -> str:
+        return (await self.transcribe(frames)).text
+
+    async def transcribe(self, frames: Sequence[AudioFrame]) -> Transcript:
         seconds = sum(frame.duration for frame in frames)
         self.utterances.append(seconds)
         self.reset()
