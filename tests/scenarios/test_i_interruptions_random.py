@@ -1,10 +1,12 @@
 """Randomized: speech over the agent judged by an ``InterruptionDetector``, with random
 onset verdicts (interrupt, undecided, a failure), judging delays, speech lengths, words
-and moments in the reply. Against a model of the rule, on virtual time:
+(and how sure the recognizer was of them) and moments in the reply. Against a model of
+the rule, on virtual time:
 
 * the reply never pauses (a backchannel must not stop it even for a moment);
 * it is interrupted exactly when the rule says: an onset ``INTERRUPT`` that lands while
-  it plays, speech past ``max_undecided_seconds``, or words that are no backchannel;
+  it plays, speech past ``max_undecided_seconds``, or words that are no backchannel and
+  that the recognizer was not unsure of throughout;
 * otherwise nothing changes: the agent only ever speaks until the reply ends, and no
   user turn is added; when interrupted, the user's words (if any) are the next turn;
 * nothing is left: the session closes with no obligation open.
@@ -21,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import rejoinder as rj
+from rejoinder.models.interruption import UNSURE_WORDS
 from rejoinder.testing import (
     MemoryAudioInput,
     MemoryAudioOutput,
@@ -41,7 +44,7 @@ STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
 
 
 @settings(
-    max_examples=30,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -52,6 +55,7 @@ STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
     speech_steps=st.integers(2, 35),  # 0.08-1.4 s of speech
     said=st.sampled_from(WORDS),
     into_reply=st.sampled_from([0.2, 1.0, 2.5]),
+    confidence=st.sampled_from([None, 0.1, 0.6]),
 )
 def test_speech_over_the_agent_is_judged_by_the_rule(
     verdict: rj.Interruption | Exception,
@@ -59,13 +63,16 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
     speech_steps: int,
     said: str,
     into_reply: float,
+    confidence: float | None,
 ) -> None:
     speech = speech_steps * STEP
     assume(abs(speech - 1.0) > STEP)  # at max_undecided_seconds itself it is a race
     onset_seconds, max_undecided = 0.2, 1.0
     # The rule, from the script alone.
     onset_decides = verdict is rj.Interruption.INTERRUPT and speech > MIN_SPEECH
-    interrupted = onset_decides or speech >= max_undecided + STEP / 2 or not rj.is_backchannel(said)
+    made_up = bool(said) and confidence is not None and confidence < UNSURE_WORDS
+    words_decide = not rj.is_backchannel(said) and not made_up
+    interrupted = onset_decides or speech >= max_undecided + STEP / 2 or words_decide
 
     async def scenario() -> None:
         detector = ScriptedInterruptionDetector(
@@ -76,7 +83,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
         speaker = MemoryAudioOutput(24000)
         session: rj.AgentSession[Any] = rj.AgentSession(
             llm=ScriptedLLM([[REPLY], ["Sure."]]),
-            stt=ScriptedSTT(["Hello?", said]),
+            stt=ScriptedSTT(["Hello?", rj.Transcript(said, confidence=confidence)]),
             tts=ScriptedTTS(),
             vad=ScriptedVAD(),
             user_away_timeout=None,
@@ -98,7 +105,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
             await mic.push(speech_frame(STEP))
         await mic.push_silence(12.0)
         assert pauses == []
-        assert handle.interrupted is interrupted, (verdict, speech, said)
+        assert handle.interrupted is interrupted, (verdict, speech, said, confidence)
         users = [m.content for m in session.history.messages() if m.role == "user"]
         if not interrupted:
             assert timeline.agent_states(since=t_user) == ["speaking", "listening"]
