@@ -177,12 +177,12 @@ async def test_a_user_who_goes_on_after_an_incomplete_verdict_is_not_cut_off() -
         await c.mic.push_silence(2.0)
         assert c.user_turns() == ["Book a table for two at seven."]
         assert c.timeline.times_of("thinking") == [pytest.approx(2.8 + SILENCE + 0.03)]
-        first, second = detector.calls
+        _, second = detector.calls
         assert second.transcript == "Book a table for"
-        # the second judgement hears the turn so far: both utterances, the second with
-        # the 0.5 s the session keeps from before its speech was confirmed (0.06 s in)
-        second_utterance = 0.5 + (0.8 - 0.06) + SILENCE
-        assert second.audio_seconds == pytest.approx(first.audio_seconds + second_utterance)
+        # the second judgement hears the last utterance only, with the 0.5 s the session
+        # keeps from before its speech was confirmed (0.06 s in): Smart Turn judged two
+        # utterances laid back to back as unfinished far more often than the last alone
+        assert second.audio_seconds == pytest.approx(0.5 + (0.8 - 0.06) + SILENCE)
 
 
 async def test_a_verdict_slower_than_the_transcript_is_waited_for() -> None:

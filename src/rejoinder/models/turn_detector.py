@@ -30,12 +30,14 @@ class TurnDetector(ABC):
     """A probability at or above this is a complete turn."""
 
     max_audio_seconds: float = 8.0
-    """How much of the end of the turn's audio ``probability`` is given, at most."""
+    """How much of the end of the user's last utterance ``probability`` is given, at most
+    (the session judges a turn by its last utterance)."""
 
     @abstractmethod
     async def probability(self, frames: Sequence[AudioFrame], transcript: str) -> float:
         """How likely it is, from 0 to 1, that the user finished their turn with this
-        audio (the end of the turn so far, speech and the silence after it). Slow work
+        audio (their last utterance, speech and the silence after it; ``transcript`` is
+        what they said before it in this turn). Slow work
         belongs off the event loop. Raise ``TurnDetectorError`` when it cannot judge."""
 
     async def warm_up(self) -> None:  # noqa: B027 - most detectors have nothing to load
