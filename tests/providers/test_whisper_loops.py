@@ -1,5 +1,5 @@
-"""``collapse_repeats``: a greedy decoder's loop at the end of a transcript is said once
-(no model needed)."""
+"""``collapse_repeats``: a greedy decoder's loop at the end of a transcript, or a whole
+sentence decoded twice, is said once (no model needed)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ from rejoinder.providers.local.whisper import collapse_repeats
         ("no no no no maybe", "no no no no maybe"),
         ("a b a b a b a", "a b a b a b a"),
         ("", ""),
+        # a whole request decoded twice (Whisper tiny.en on the phone band)
+        (
+            "What's on my calendar for Friday? What's on my calendar for Friday?",
+            "What's on my calendar for Friday?",
+        ),
+        ("Stop, stop.", "Stop, stop."),
+        ("no wait no wait", "no wait no wait"),  # two words: a person may say that
     ],
 )
 def test_a_loop_at_the_end_is_said_once(text: str, said: str) -> None:
