@@ -161,7 +161,7 @@ def test_which_words_are_a_backchannel(words: str, backchannel: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("confidence", "interrupted"), [(0.1, False), (0.19, False), (0.3, True), (None, True)]
+    ("confidence", "interrupted"), [(0.05, False), (0.09, False), (0.22, True), (None, True)]
 )
 async def test_words_the_recognizer_made_of_a_sound_change_nothing(
     confidence: float | None, interrupted: bool

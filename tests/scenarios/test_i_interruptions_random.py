@@ -55,7 +55,7 @@ STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
     speech_steps=st.integers(2, 35),  # 0.08-1.4 s of speech
     said=st.sampled_from(WORDS),
     into_reply=st.sampled_from([0.2, 1.0, 2.5]),
-    confidence=st.sampled_from([None, 0.1, 0.6]),
+    confidence=st.sampled_from([None, 0.05, 0.22, 0.6]),
 )
 def test_speech_over_the_agent_is_judged_by_the_rule(
     verdict: rj.Interruption | Exception,

@@ -396,7 +396,7 @@ def _word_confidences(
     word a speaker broke off on ("a hotel near the ...") came out "a hotel near now." with
     a probability of 0.2-0.4, where the last words of clearly finished requests scored
     0.45-1.0; words made of a sound ("here." for a "yeah" in a voice it knows badly,
-    "further." for an "uh-huh") averaged 0.02-0.29 where interruptions averaged 0.27-0.93
+    "further." for an "uh-huh") averaged 0.02-0.29 where interruptions averaged 0.22-0.93
     (bench/panel's tuning voices). ``None`` when there is no word, or the model cannot
     say."""
     if not tokens:
