@@ -185,6 +185,21 @@ async def test_a_user_who_goes_on_after_an_incomplete_verdict_is_not_cut_off() -
         assert second.audio_seconds == pytest.approx(0.5 + (0.8 - 0.06) + SILENCE)
 
 
+async def test_what_follows_a_pause_ends_the_turn_on_its_words() -> None:
+    # Smart Turn hears the part after the pause alone ("two at seven.") and calls such
+    # fragments unfinished (8 of 32 two-part requests on the benchmark's tuning voices):
+    # whole words end the turn at min_endpointing_delay, not a second later.
+    detector = ScriptedTurnDetector([0.1, 0.2], delay=0.03)
+    stt = ScriptedSTT(["Book a table for", "two at seven."])
+    async with Call(detector, stt) as c:
+        await c.speak(1.0)
+        await c.mic.push_silence(1.0)
+        await c.speak(0.8)
+        await c.mic.push_silence(2.0)
+        assert c.user_turns() == ["Book a table for two at seven."]
+        assert c.timeline.times_of("thinking") == [pytest.approx(2.8 + 0.4)]
+
+
 async def test_a_verdict_slower_than_the_transcript_is_waited_for() -> None:
     detector = ScriptedTurnDetector([0.9], delay=0.5)
     async with Call(detector) as c:
@@ -215,8 +230,10 @@ async def test_a_verdict_on_a_pause_the_user_spoke_after_is_stale() -> None:
         assert c.timeline.agent_states() == ["initializing", "listening"]
         await c.mic.push_silence(3.0)
         assert c.user_turns() == ["Book a table for two at seven."]
-        # the second verdict (incomplete) on whole words: a second after the speech
-        assert c.timeline.times_of("thinking") == [pytest.approx(2.3 + 1.0)]
+        # not at the stale verdict: at the second one, 0.3 s after the VAD ended the
+        # second utterance (incomplete on what followed a pause counts for nothing
+        # against whole words, so min_endpointing_delay, 0.4 s, had passed already)
+        assert c.timeline.times_of("thinking") == [pytest.approx(2.3 + SILENCE + 0.3)]
 
 
 async def test_a_failing_detector_falls_back_to_the_transcript() -> None:
@@ -294,7 +311,7 @@ def test_the_turn_ends_only_when_a_verdict_or_the_timeout_says_so(
     max_delay = 2.0
     # The script alone says when each turn ends: the model the session must match.
     expected: list[float] = []
-    t, judged = 0.0, 0
+    t, judged, in_turn = 0.0, 0, 0
     for index, (speech, pause) in enumerate(pieces):
         end = t + speech * 0.02
         resumes = end + pause * 0.02 if index + 1 < len(pieces) else float("inf")
@@ -302,15 +319,21 @@ def test_the_turn_ends_only_when_a_verdict_or_the_timeout_says_so(
         if resumes - end + 1e-9 < SILENCE:
             continue  # too short for the VAD: the next speech goes on the same utterance
         judged += 1
+        in_turn += 1
         verdict = verdicts[min(judged, len(verdicts)) - 1]
         judged_at = end + SILENCE + delay
-        wait = WAIT[ENDINGS[endings[judged - 1]], verdict >= 0.5]  # one text an utterance
+        words = ENDINGS[endings[judged - 1]]  # one text an utterance
+        if in_turn > 1 and words is TextEnd.COMPLETE and verdict < 0.5:
+            wait: float | None = 0.4  # a verdict on what followed a pause is no verdict
+        else:
+            wait = WAIT[words, verdict >= 0.5]
         if wait is None:  # broken off: 1.5 s, up to max_delay the less sure the model is
             wait = 1.5 + (max_delay - 1.5) * (1 - verdict)
         at = max(end + wait, judged_at)
         assume(abs(at - resumes) > 0.05)  # a tie with the user's next word is a race
         if at < resumes:
             expected.append(at)
+            in_turn = 0
 
     async def scenario() -> None:
         detector = ScriptedTurnDetector(verdicts, delay=delay)

@@ -457,6 +457,7 @@ class UserTurns:
             probability=verdicts.probability if verdicts is not None else None,
             min_delay=options.min_endpointing_delay,
             max_delay=options.max_endpointing_delay,
+            continuation=len(self._transcript) > 1,
         )
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay
