@@ -8,7 +8,7 @@ timeline). The agent channel holds only what the listener heard: each segment is
 from the loop time its output reported *playback started*, cut to the ``position`` of its
 *playback finished* report, with the output's pauses kept as silence.
 
-The slots are wrapped when the session starts (its first ``agent_state_changed``), so a
+The slots are wrapped when the session starts (its ``session_started`` event), so a
 transport that fills them just before ``start`` (``Connection.serve``) is recorded too.
 The wrappers forward every call and every playback report unchanged. The WAV is written as
 time advances: memory holds about a second of microphone, and a segment until it ends.
@@ -67,7 +67,7 @@ class SessionRecorder:
     def __init__(self, session: Any, path: str | Path, *, sample_rate: int = 16000) -> None:
         if not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ValueError("sample_rate must be a positive int")
-        if session.agent_state != "initializing":
+        if session.started:
             raise RuntimeError("attach the recorder before session.start()")
         self.session = session
         self.path = Path(path)
@@ -91,13 +91,13 @@ class SessionRecorder:
         self._mic_cursor = 0
         self._mic_rs: Resampler | None = None
         self._segment = _Segment()
-        session.on("agent_state_changed", self._on_state)
+        session.on("session_started", self._on_start)
         session.on("close", self._on_close)
 
-    def _on_state(self, event: Any) -> None:
-        if event.old_state != "initializing" or self.started_at is not None:
+    def _on_start(self, _event: Any) -> None:
+        if self.started_at is not None:
             return
-        self.session.off("agent_state_changed", self._on_state)
+        self.session.off("session_started", self._on_start)
         self.started_at = self._now()
         self._recording = True
         slots_in, slots_out = self.session.input, self.session.output

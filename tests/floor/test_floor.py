@@ -30,6 +30,7 @@ TOOL = ObligationKind.TOOL
 HOLD = ObligationKind.HOLD
 ANSWER = ObligationKind.ANSWER
 PREEMPTIVE = ObligationKind.PREEMPTIVE
+HANDOFF = ObligationKind.HANDOFF
 
 Agent = AgentStateChanged
 User = UserStateChanged
@@ -93,6 +94,42 @@ def test_start_arms_the_away_timer() -> None:
     floor = Floor(user_away_timeout=AWAY)
     assert floor.start(2.0) == [Agent("initializing", "listening", 2.0), Arm(2.0 + AWAY)]
     assert floor.away_deadline == 2.0 + AWAY
+
+
+def test_the_opening_stays_initializing_until_the_first_agent_entered() -> None:
+    floor = Floor(user_away_timeout=AWAY)
+    floor.set_current(A, 0.0)
+    assert floor.start(0.0, opening=True) == []  # no listening before the agent entered
+    entering = opened(floor, HANDOFF, 0.0)
+    assert floor.agent_state == "initializing"  # entering is the session starting
+    assert floor.away_deadline is None
+    assert floor.close(entering, 1.0) == [NO_WATCHDOG]
+    assert floor.entered(1.0) == [Agent("initializing", "listening", 1.0), Arm(1.0 + AWAY)]
+
+
+def test_a_greeting_ends_the_opening_at_once() -> None:
+    floor = Floor(user_away_timeout=AWAY)
+    floor.set_current(A, 0.0)
+    floor.start(0.0, opening=True)
+    entering = opened(floor, HANDOFF, 0.0)
+    greeting = floor.obligation(REPLY, owner=A)
+    assert floor.open(greeting, 0.5)[0] == Agent("initializing", "thinking", 0.5)
+    floor.close(entering, 0.6)
+    floor.close(greeting, 2.0)
+    assert floor.agent_state == "listening"
+    # once it left initializing, the opening is over: a handoff counts as usual
+    handoff = opened(floor, HANDOFF, 3.0)
+    assert floor.agent_state == "thinking"
+    floor.close(handoff, 4.0)
+    assert floor.entered(4.0) == []  # late: nothing to change
+
+
+def test_closing_during_the_opening_ends_listening() -> None:
+    floor = Floor()
+    floor.set_current(A, 0.0)
+    floor.start(0.0, opening=True)
+    opened(floor, HANDOFF, 0.0)
+    assert floor.close_all(1.0) == [Agent("initializing", "listening", 1.0), NO_WATCHDOG]
 
 
 def test_close_all_closes_everything() -> None:

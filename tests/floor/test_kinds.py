@@ -47,6 +47,7 @@ CONTINUATION = ObligationKind.PROVIDER_CONTINUATION
 BACKEND = ObligationKind.BACKEND_RESPONSE
 ANSWER = ObligationKind.ANSWER
 DELEGATION = ObligationKind.CLIENT_DELEGATION
+RECOGNITION = ObligationKind.RECOGNITION
 
 Agent = AgentStateChanged
 User = UserStateChanged
@@ -297,6 +298,24 @@ SCENARIOS: dict[str, list[Step]] = {
     "hold: committed by the application": [
         Step(1.0, open_("H", HOLD, committed=True), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(HOLD, 1.0))], "thinking"),
         Step(9.0, close("H", "released"), [Agent("thinking", "listening", 9.0), Arm(9.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
+    # recognition -------------------------------------------------------------------------
+    "recognition: a slow transcript holds the away timer, then the turn's reply owes": [
+        Step(1.0, user_speaking(True), [User("listening", "speaking", 1.0), CANCEL], "listening", "speaking"),
+        Step(2.0, user_speaking(False), [User("speaking", "listening", 2.0), Arm(2.0 + AWAY)], "listening"),
+        # the utterance ended and is being recognized: no reply promised (a cough?), but
+        # the user is not away while their words are worked on
+        Step(2.0, open_("S", RECOGNITION), [CANCEL, Watchdog(due(RECOGNITION, 2.0))], "listening"),
+        Step(29.0, hand_over("S", "R", REPLY), [Agent("listening", "thinking", 29.0), Watchdog(due(REPLY, 29.0))], "thinking"),
+        Step(31.0, close("R"), [Agent("thinking", "listening", 31.0), Arm(31.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
+    "recognition: no words in it": [
+        Step(2.0, open_("S", RECOGNITION), [CANCEL, Watchdog(due(RECOGNITION, 2.0))], "listening"),
+        Step(3.0, close("S", "transcribed"), [Arm(3.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
+    "recognition: a recognizer that never answers expires": [
+        Step(2.0, open_("S", RECOGNITION), [CANCEL, Watchdog(due(RECOGNITION, 2.0))], "listening"),
+        Step(due(RECOGNITION, 2.0), EXPIRE_DUE, [Expired("S"), Arm(due(RECOGNITION, 2.0) + AWAY), NO_WATCHDOG], "listening"),
     ],
     # handoff -----------------------------------------------------------------------------
     "handoff: a tool hands the user over; the new agent's greeting takes the debt over": [

@@ -75,7 +75,6 @@ async def test_tool_round_trip_over_the_wire(server: OpenAIChatServer) -> None:
     assert [o.output for o in result.function_call_outputs] == ["sunny in Oslo"]
     assert errors == []
     assert timeline.agent_states()[1:] == [
-        "listening",
         "thinking",
         "speaking",
         "thinking",

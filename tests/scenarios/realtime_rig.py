@@ -23,7 +23,8 @@ from rejoinder.testing import (
     advance,
 )
 
-ANSWERED = ["initializing", "listening", "thinking", "speaking", "listening"]
+ANSWERED_AT_ONCE = ["initializing", "thinking", "speaking", "listening"]
+"""A reply asked for right after ``start()`` returned: no ``listening`` before it."""
 
 
 @dataclass

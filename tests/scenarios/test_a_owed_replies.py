@@ -15,8 +15,7 @@ from rejoinder.testing import ScriptedLLM as LLM
 from ..conftest import MakeSession
 
 FULL_TOOL_TURN = [
-    "initializing",
-    "listening",
+    "initializing",  # the turn is asked for right after start(): no listening before it
     "thinking",
     "speaking",
     "thinking",
@@ -80,7 +79,6 @@ async def test_a1_tool_only_reply(make_session: MakeSession) -> None:
     await h.session.run(user_input="weather?")
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",
@@ -120,7 +118,6 @@ async def test_a2_background_result_during_answer_goes_through_thinking(
     # Releasing the tool does not end the debt: its interim result is owed a reply.
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",
@@ -242,7 +239,7 @@ async def test_a4_no_follow_up(
 
     assert len(llm.calls) == 1
     listening_at = max(1.0, tool_seconds)
-    expected = ["initializing", "listening", "thinking", "speaking"]
+    expected = ["initializing", "thinking", "speaking"]
     expected += ["thinking", "listening"] if tool_seconds > 1.0 else ["listening"]
     assert h.timeline.agent_states() == expected
     assert h.timeline.times_of("listening")[-1] == pytest.approx(listening_at)
@@ -338,7 +335,6 @@ async def test_a7_queued_reply_does_not_interrupt_speaking(make_session: MakeSes
 
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "thinking",
@@ -358,7 +354,6 @@ async def test_llm_failure_ends_the_turn_with_an_error(make_session: MakeSession
     assert [(e.source, str(e.error)) for e in h.errors] == [("llm", "provider exploded")]
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",

@@ -61,7 +61,6 @@ async def test_speaking_starts_when_audio_is_audible_not_when_text_exists() -> N
     await v.session.run(user_input="hi")
     assert v.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",
@@ -81,7 +80,6 @@ async def test_a1_audio_tool_follow_up_never_listening() -> None:
     first = v.tts.duration_of("Let me check that.")  # 0.9 s of audio, tool takes 3 s
     assert v.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "thinking",
@@ -105,7 +103,6 @@ async def test_a7_queued_reply_keeps_speaking_while_audio_plays() -> None:
     v.timeline.assert_never("thinking", between=(0.001, end_first - 0.001))
     assert v.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "thinking",

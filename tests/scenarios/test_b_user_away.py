@@ -78,6 +78,7 @@ async def test_b2_never_fires_while_a_reply_is_owed(make_session: MakeSession) -
 
 async def test_b2_session_work_holds_the_timer(make_session: MakeSession) -> None:
     h = await make_session(LLM([]), user_away_timeout=15.0)
+    await advance(0)  # the first agent has entered: listening
     with h.session.hold("syncing calendar"):
         assert h.session.agent_state == "listening"  # a hold owes no reply
         await advance(30.0)

@@ -158,7 +158,6 @@ async def test_f3_task_that_speaks_then_completes_hands_over_without_listening(
     assert h.output.segments == ["This call may be recorded.", "Thanks, go ahead."]
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "thinking",

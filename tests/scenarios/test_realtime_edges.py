@@ -24,7 +24,7 @@ from rejoinder.testing import (
 )
 
 from .realtime_rig import (
-    ANSWERED,
+    ANSWERED_AT_ONCE,
     Rig,
     Weather,
     answer,
@@ -352,7 +352,7 @@ async def test_agent_transcript_reaches_the_transcription_output(
     try:
         session.generate_reply(instructions="Say hello.")
         await reply_heard(server, "Hello there.")
-        assert timeline.agent_states() == ANSWERED
+        assert timeline.agent_states() == ANSWERED_AT_ONCE
         assert text.segments == ["Hello there."]
     finally:
         await session.aclose()
@@ -377,7 +377,7 @@ async def test_output_at_48k_plays_the_whole_burst(server: GPTLiveServer) -> Non
         handle = session.generate_reply(instructions="Say hello.")
         await reply_heard(server, "Hello there, caller.")
         assert handle.done()
-        assert timeline.agent_states() == ANSWERED
+        assert timeline.agent_states() == ANSWERED_AT_ONCE
         assert speaker.segments == [pytest.approx(1.0, abs=0.01)]
         assert [(m.role, m.content, m.interrupted) for m in session.history.messages()] == [
             ("assistant", "Hello there, caller.", False)
@@ -642,7 +642,7 @@ async def test_text_only_session_on_a_realtime_model(server: GPTLiveServer) -> N
         handle = session.generate_reply(user_input="Hi!")
         await reply_heard(server, "Hello, caller.")
         assert handle.done()
-        assert timeline.agent_states() == ANSWERED
+        assert timeline.agent_states() == ANSWERED_AT_ONCE
         assert [(m.role, m.content) for m in session.history.messages()] == [
             ("user", "Hi!"),
             ("assistant", "Hello, caller."),

@@ -104,7 +104,6 @@ async def test_sentence_spoken_while_model_pauses(first: list[str]) -> None:
     assert v.timeline.times_of("speaking") == [pytest.approx(QUIET_RELEASE)]
     assert v.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",

@@ -85,6 +85,37 @@ def make_agent(name: str) -> rj.Agent:
     return rj.Agent(instructions=name, id=name, tools=[quick, slow, background, handoff, task])
 
 
+ENTRIES = ["silent", "greets", "greets_late", "after_start"]
+"""How the first agent starts: says nothing, greets from on_enter, greets from an on_enter
+that first takes a second (loading something), or the caller greets right after start()."""
+
+
+class FirstAgent(rj.Agent):
+    def __init__(self, entry: str) -> None:
+        super().__init__(instructions="front", id="front", tools=make_agent("front").tools)
+        self.entry = entry
+
+    async def on_enter(self) -> None:
+        if self.entry == "greets_late":
+            await advance(1.0)
+        if self.entry in ("greets", "greets_late"):
+            self.session.say("Welcome.")
+
+
+def check_opening(states: list[str], entry: str, ops: list[tuple[Any, ...]]) -> None:
+    """The first state after ``initializing`` is the truth once the first agent entered:
+    never a ``listening`` before a greeting that was on its way."""
+    assert states[0] == "initializing"
+    if len(states) < 2:
+        return
+    if entry != "silent":
+        assert states[1] in ("thinking", "speaking"), states
+    elif ops and (ops[0][0] in ("user", "run", "say") or ops[0][-1:] == ("say",)):
+        assert states[1] in ("thinking", "speaking", "listening"), states
+    else:
+        assert states[1] == "listening", states
+
+
 def model(ctx: rj.ChatContext) -> list[Any]:
     last = ctx.items[-1] if ctx.items else None
     if isinstance(last, rj.ChatMessage) and last.role == "user":
@@ -120,7 +151,9 @@ operations = st.lists(
 )
 
 
-async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool) -> None:
+async def scenario(
+    ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool, entry: str = "silent"
+) -> None:
     before = {t for t in asyncio.all_tasks() if not t.done()}
     voice, pauses = Voice(), PauseWatch()
     session: rj.AgentSession[None] = rj.AgentSession(
@@ -133,10 +166,12 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bo
     if audio:
         session.output.audio = WatchedSpeaker(pauses)
     session.output.transcription = MemoryTextOutput()
-    StateTimeline(session)  # raises if an event's old state is not the previous new state
+    timeline = StateTimeline(session)  # raises if an event's old state is not the last one
     pauses.attach(session)
-    await session.start(make_agent("front"))
+    await session.start(FirstAgent(entry))
     handles: list[rj.SpeechHandle] = []
+    if entry == "after_start":
+        handles.append(session.say("Welcome."))
     for op in ops:
         name = op[0]
         if name == "user":
@@ -161,6 +196,7 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bo
     else:
         await asyncio.wait_for(session.aclose(), BOUND)
     assert session.agent_state == "listening"
+    check_opening(timeline.agent_states(), entry, ops)
     await advance(0)
     leaked = {t for t in asyncio.all_tasks() if not t.done()} - before - {asyncio.current_task()}
     assert not leaked, leaked
@@ -172,8 +208,13 @@ async def scenario(ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bo
 
 
 @stress_settings(default_examples=500)  # CI runs the same 500 sequences every time
-@given(ops=operations, close_with_drain=st.booleans(), audio=st.booleans())
+@given(
+    ops=operations,
+    close_with_drain=st.booleans(),
+    audio=st.booleans(),
+    entry=st.sampled_from(ENTRIES),
+)
 def test_random_lifecycles_keep_every_promise(
-    ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool
+    ops: list[tuple[Any, ...]], close_with_drain: bool, audio: bool, entry: str
 ) -> None:
-    run_on_virtual_time(lambda: scenario(ops, close_with_drain, audio))
+    run_on_virtual_time(lambda: scenario(ops, close_with_drain, audio, entry))

@@ -31,6 +31,7 @@ class Rig:
         self.floor = Floor(user_away_timeout=away)
         self.state = TurnState(self.floor, self.events, asyncio.get_running_loop())
         self.state.start()
+        self.state.entered()  # no agent enters here: the session listens at once
         self.obligations = ProviderObligations(
             self.state, answer_timeout=answer_timeout, on_unvoiced=self._unvoiced
         )

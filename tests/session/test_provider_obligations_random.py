@@ -111,6 +111,7 @@ async def run(steps: list[tuple[object, ...]]) -> None:
     events.on("agent_state_changed", lambda ev: changes.append(ev.new_state))
     state = TurnState(floor, events, loop)
     state.start()
+    state.entered()  # no agent enters here: the session listens at once
     obligations = ProviderObligations(state, answer_timeout=ANSWER_TIMEOUT)
     model = Model()
     ids = itertools.count(1)

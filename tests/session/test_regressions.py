@@ -316,7 +316,6 @@ async def test_no_listening_pulse_during_a_tool_handoff(make_session: MakeSessio
     assert h.output.segments == ["Transferring.", "Billing here."]
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "thinking",

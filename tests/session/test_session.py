@@ -29,7 +29,6 @@ async def test_say_delivers_text_and_records_it(make_session: MakeSession) -> No
     assert handle.chat_items == h.session.history.items
     assert h.timeline.agent_states() == [
         "initializing",
-        "listening",
         "thinking",
         "speaking",
         "listening",

@@ -55,7 +55,7 @@ async def test_a_tool_follow_up_turn_is_on_the_timeline_in_order(
     assert entries[0]["kind"] == "session" and entries[0]["event"] == "started"
     floor = [(round(t - start, 3), *rest) for t, *rest in compact(entries)]
     assert floor == [
-        (0.0, "agent", "listening"),  # the session started (make_session)
+        # the turn is asked for right after start(): no listening before it
         (0.0, "ob_opened", "reply", "generate_reply"),
         (0.0, "agent", "thinking"),
         (0.5, "ob_opened", "tool", "lookup"),  # the call is on the floor...
@@ -104,7 +104,6 @@ async def test_the_timeline_is_written_as_json_lines(
     entries = read_timeline([*lines, "", "junk", '{"no": "kind"}'])
     assert entries[-1]["kind"] == "session" and entries[-1]["reason"] == "closed"
     assert [e["state"] for e in entries if e["kind"] == "agent_state"] == [
-        "listening",
         "thinking",
         "speaking",
         "listening",

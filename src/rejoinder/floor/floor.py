@@ -6,7 +6,8 @@ synchronous and I/O-free: it never awaits and never reads a clock; every mutatio
 ``_derive``, turns facts into states, so no mutation can report a state the facts do not
 support, and effects come out only when something actually changed.
 
-    agent_state = initializing  until start()
+    agent_state = initializing  until start(), and after it while the first agent enters
+                                with nothing else owed (until entered())
                 = speaking      if an open, un-yielded obligation is audible
                 = thinking      elif an obligation is yielded, or a committed obligation
                                 of a live owner is open
@@ -15,6 +16,13 @@ support, and effects come out only when something actually changed.
                            no obligation of a live owner is open, and a timeout is set
 
 A live owner is the session, or the current activity while it is not paused.
+
+The session's opening: between ``start(opening=True)`` and ``entered()`` the first
+agent's ``on_enter`` runs. Its ``handoff`` obligation does not count then, so the first state after
+``initializing`` is the truth once the agent has entered: ``thinking``/``speaking`` as soon
+as it queues a greeting, ``listening`` (at ``entered()``) if it says nothing, and never a
+``listening`` pulse before the greeting is queued. Leaving ``initializing`` ends the
+opening early: it is never shown twice.
 
 A yielded obligation is output paused because the user may be interrupting it. It is not
 audible, but it is still owed: the pause ends either with the output resuming
@@ -71,6 +79,8 @@ class Floor:
         self._ids = itertools.count(1)
         self._open: dict[int, Obligation] = {}
         self._started = False
+        self._opening = False
+        """Between start() and entered(): the first agent is entering."""
         self._current: str | None = None
         self._paused: set[str] = set()
         self._user_speaking = False
@@ -112,14 +122,24 @@ class Floor:
 
     # ----------------------------------------------------------------- session
 
-    def start(self, now: float) -> list[Effect]:
+    def start(self, now: float, *, opening: bool = False) -> list[Effect]:
+        """The session runs. ``opening``: its first agent is about to enter, and an idle
+        agent stays ``initializing`` until ``entered`` (or until something is owed)."""
         self._started = True
+        self._opening = opening
+        return self._derive(now)
+
+    def entered(self, now: float) -> list[Effect]:
+        """The first agent has entered (its ``on_enter`` returned, or its bound passed):
+        from here on an idle agent is ``listening``."""
+        self._opening = False
         return self._derive(now)
 
     def close_all(self, now: float, outcome: str = "session_closed") -> list[Effect]:
-        """Close every open obligation (the session is ending)."""
+        """Close every open obligation (the session is ending; so is its opening)."""
         for ob in list(self._open.values()):
             self._close(ob, now, outcome)
+        self._opening = False
         return self._derive(now)
 
     # ------------------------------------------------------------------ owners
@@ -304,6 +324,8 @@ class Floor:
                 continue
             if ob.audible:
                 audible = True
+            if self._opening and ob.kind is ObligationKind.HANDOFF:
+                continue  # the first agent entering is the session starting
             if self.is_live(ob.owner):
                 working = True
                 if ob.committed:
@@ -317,8 +339,12 @@ class Floor:
             agent = "speaking"
         elif owed:
             agent = "thinking"
+        elif self._opening:
+            agent = "initializing"
         else:
             agent = "listening"
+        if agent != "initializing":
+            self._opening = False
         if agent != self._agent_state:
             effects.append(AgentStateChanged(self._agent_state, agent, now))
             self._agent_state = agent

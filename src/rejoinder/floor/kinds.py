@@ -28,6 +28,7 @@ class ObligationKind(StrEnum):
     BACKEND_RESPONSE = "backend_response"
     ANSWER = "answer"
     CLIENT_DELEGATION = "client_delegation"
+    RECOGNITION = "recognition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,14 @@ KINDS: dict[ObligationKind, KindSpec] = {
         committed=True,
         watchdog=10.0,
         closed_by="the next audible agent speech started (hand-over), or the bounded wait ran out",
+    ),
+    # The user finished an utterance and the recognizer is still on it: work for the
+    # user (never marked away meanwhile), not yet a reply (the words may be a cough).
+    ObligationKind.RECOGNITION: KindSpec(
+        committed=False,
+        watchdog=30.0,
+        closed_by="its transcript or the recognizer's failure arrived; at the watchdog the "
+        "recognition is stopped and the utterance dropped, with an error event",
     ),
     ObligationKind.CLIENT_DELEGATION: KindSpec(
         committed=True,

@@ -220,6 +220,8 @@ class Connection:
         self._send = send
         self._match_tts_rate = match_tts_rate
         self._left = asyncio.Event()
+        self._ready = False
+        """``session.start`` returned: typed text and keys go to the session."""
         self._text = _AgentText(self.send)
 
     # -------------------------------------------------------------- client side
@@ -255,7 +257,7 @@ class Connection:
         """Keys the caller pressed (DTMF). Keys pressed before the session listens wait
         for it, so none is lost."""
         session = self.session
-        if session is None or session.agent_state == "initializing":
+        if session is None or not self._ready:
             self._keys.append(digits)
             return
         try:
@@ -307,6 +309,8 @@ class Connection:
         try:
             if not await self._until_left(session.start(agent)):
                 return
+            # Its first agent has entered (the state may say so a loop turn later).
+            self._ready = True
             if self.wants_timeline:
                 feed = _TimelineFeed(session, self.send)
             keys, self._keys = self._keys, []
@@ -413,7 +417,7 @@ class Connection:
 
     def _user_text(self, text: str) -> None:
         session = self.session
-        if session is None or session.agent_state == "initializing":
+        if session is None or not self._ready:
             self.send(ErrorMessage(code=ErrorCode.NOT_READY, message="the agent is not ready"))
             return
         try:

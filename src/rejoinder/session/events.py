@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder")
 
 EventName = Literal[
+    "session_started",
     "agent_state_changed",
     "user_state_changed",
     "user_input_transcribed",
@@ -35,6 +36,15 @@ EventName = Literal[
     "background_tool_finished",
     "away_timer",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStartedEvent:
+    """The session started: its slots (microphone, speaker) are read from here on; its
+    first agent is entering (the agent stays ``initializing`` until it has)."""
+
+    created_at: float
+    type: Literal["session_started"] = "session_started"
 
 
 @dataclass(frozen=True, slots=True)

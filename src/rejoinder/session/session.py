@@ -35,6 +35,7 @@ from .events import (
     DTMFEvent,
     EventEmitter,
     EventName,
+    SessionStartedEvent,
     UserInputTranscribedEvent,
     UserTurnDiscardedEvent,
 )
@@ -152,6 +153,12 @@ class AgentSession(Generic[Userdata]):
         return self._floor.user_state
 
     @property
+    def started(self) -> bool:
+        """``start()`` was called (the state may still be ``initializing`` while the
+        first agent enters)."""
+        return self._root is not None
+
+    @property
     def current_agent(self) -> Agent:
         activity = self._activity
         if activity is None:
@@ -258,6 +265,7 @@ class AgentSession(Generic[Userdata]):
         )
         await ready
         state.start()
+        self._events.emit("session_started", SessionStartedEvent(loop.time()))
         if isinstance(self.llm, RealtimeModel):
             # Connected before on_enter runs, so the agent can speak from there.
             from .realtime_driver import RealtimeDriver
@@ -273,6 +281,10 @@ class AgentSession(Generic[Userdata]):
         except BaseException:
             await self.aclose()
             raise
+        # The opening ends on the next loop turn, not here: a caller that queues its
+        # greeting right after start() returns ("await session.start(a); session.say(...)")
+        # is seen thinking, without a listening pulse before it.
+        loop.call_soon(lambda: None if ctx.closing else state.entered())
 
     def _agent_changed(self, agent: Agent) -> None:
         if self._realtime is not None:
@@ -473,6 +485,8 @@ class AgentSession(Generic[Userdata]):
                 "say() speaks text through a TTS; this session's realtime model voices its "
                 "own replies: use generate_reply(instructions=...) or give the session a tts="
             )
+        if self._closing_while_running():
+            return self._unsaid("say", text)
         return self._speaking_activity().create_speech(
             source="say", text=text, allow_interruptions=allow_interruptions
         )
@@ -487,6 +501,8 @@ class AgentSession(Generic[Userdata]):
         require(user_input, (str, type(None)), "user_input")
         require(instructions, (str, type(None)), "instructions")
         require(allow_interruptions, (bool, type(None)), "allow_interruptions")
+        if self._closing_while_running():
+            return self._unsaid("generate_reply", user_input)
         if self._realtime is not None:
             self._running_activity()  # raises if the session is not running
             return self._realtime.generate_reply(instructions, user_input)
@@ -620,6 +636,17 @@ class AgentSession(Generic[Userdata]):
         if mine.closed:
             raise RuntimeError(f"{mine.agent.id} is no longer the current agent")
         return mine
+
+    @staticmethod
+    def _unsaid(source: str, text: str | None) -> SpeechHandle:
+        """What the agent asks to say while the session closes (a greeting racing a
+        client that left at once): nothing is said, and that is no error."""
+        logger.info("%s() not spoken: the session is closing", source)
+        return SpeechHandle.unsaid(source=source, text=text)
+
+    def _closing_while_running(self) -> bool:
+        """Closing, not yet closed: what is asked for now is dropped, not refused."""
+        return self._is_closing() and self._ctx is not None and self._ctx.running
 
     def _is_closing(self) -> bool:
         return self._close_task is not None

@@ -74,6 +74,15 @@ class SpeechHandle:
     def __repr__(self) -> str:
         return f"<SpeechHandle {self.id} {self.source} done={self.done()}>"
 
+    @classmethod
+    def unsaid(cls, *, source: str, text: str | None = None) -> SpeechHandle:
+        """A speech asked for while its session closes: resolved at once, interrupted,
+        never heard."""
+        handle = cls(allow_interruptions=True, source=source, text=text)
+        handle._interrupted = True
+        handle._mark_done()
+        return handle
+
     # ------------------------------------------------------------------ public
 
     @property

@@ -125,7 +125,11 @@ class TurnState:
     # -------------------------------------------------------------- mutations
 
     def start(self) -> None:
-        self._apply(self._floor.start(self.now()))
+        """The session runs; its first agent enters next (the floor's opening)."""
+        self._apply(self._floor.start(self.now(), opening=True))
+
+    def entered(self) -> None:
+        self._apply(self._floor.entered(self.now()))
 
     def set_current(self, owner: str) -> None:
         self._apply(self._floor.set_current(owner, self.now()))

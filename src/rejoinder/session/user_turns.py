@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
+from ..floor import SESSION_OWNER, ObligationKind
 from ..models.stt import STT, StreamingSTT, Transcript
 from ..models.turn_detector import TurnDetector
 from .events import UserInputTranscribedEvent
@@ -47,6 +48,7 @@ from .turn_end import judge_words, turn_end_delay
 from .turn_verdict import TurnVerdicts
 
 if TYPE_CHECKING:
+    from ..floor import Obligation
     from ..models.audio import AudioFrame
     from ..models.vad import VAD, VADEvent
     from .activity import AgentActivity
@@ -388,27 +390,64 @@ class UserTurns:
         self._recognizing += 1
         # In the session's scope: an utterance outlives a handoff.
         ended = asyncio.get_running_loop().time()
-        self._ctx.spawn(self._recognize_utterance(frames, early, ended, overlap))
+        # Owed to the user until its words are in: they are not away meanwhile, however
+        # slow the recognizer (the watchdog bounds it: see _recognize_utterance).
+        state = self._ctx.state
+        seconds = sum(frame.duration for frame in frames)
+        owed = state.new(
+            ObligationKind.RECOGNITION, SESSION_OWNER, label=f"the user's {seconds:.1f} s utterance"
+        )
+        work = asyncio.ensure_future(self._words_of(frames, early))
+
+        def too_slow() -> None:
+            work.cancel()
+
+        state.open_new(owed, on_expire=too_slow)
+        self._ctx.spawn(self._recognize_utterance(work, owed, seconds, ended, overlap))
+
+    async def _words_of(self, frames: list[AudioFrame], early: _Early | None) -> Transcript:
+        if early is None:
+            return await self._stt.transcribe(frames)
+        # recognized from the pause on: what followed was silence
+        outcome = await early.result
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def _recognize_utterance(
         self,
-        frames: list[AudioFrame],
-        early: _Early | None,
+        work: asyncio.Future[Transcript],
+        owed: Obligation,
+        audio_seconds: float,
         audio_ended_at: float,
         overlap: Overlap | None = None,
     ) -> None:
         try:
-            if early is None:
-                transcript = await self._stt.transcribe(frames)
-            else:  # recognized from the pause on: what followed was silence
-                outcome = await early.result
-                if isinstance(outcome, Exception):
-                    raise outcome
-                transcript = outcome
+            await self._utterance_heard(work, owed, audio_seconds, audio_ended_at, overlap)
+        finally:
+            self._ctx.state.close(owed, "transcribed")
+
+    async def _utterance_heard(
+        self,
+        work: asyncio.Future[Transcript],
+        owed: Obligation,
+        audio_seconds: float,
+        audio_ended_at: float,
+        overlap: Overlap | None,
+    ) -> None:
+        try:
+            try:
+                transcript = await work
+            except asyncio.CancelledError:
+                if not (work.cancelled() and owed.outcome == "expired"):
+                    raise  # the session is closing
+                # The watchdog stopped it and reported the error: the words are lost.
+                logger.warning("speech recognition took over %.0f s: dropped", owed.watchdog)
+                transcript = Transcript("")
             text = transcript.text.strip()
             meter_for(self._ctx).stt_done(
                 self._stt,
-                audio_duration=sum(frame.duration for frame in frames),
+                audio_duration=audio_seconds,
                 audio_ended_at=audio_ended_at,
                 streamed=self._streaming,
             )
@@ -421,6 +460,8 @@ class UserTurns:
             self._recognizing -= 1
             if overlap is not None:
                 overlap.cancel()
+            if not work.done():
+                work.cancel()
         self._interim = ""
         if overlap is not None and overlap.words(transcript):
             # Feedback ("uh-huh"), a cough, laughter: as if it was never said.
