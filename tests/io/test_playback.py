@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.io.playback import ReportedPlayback
+from rejoinder.io.playback import CLEARED_WAIT, STALL_GRACE, ReportedPlayback
 from rejoinder.models.audio import AudioFrame, PlaybackFinished
 from rejoinder.testing import ScriptedLLM, ScriptedTTS, StateTimeline, advance
 
@@ -127,6 +127,107 @@ async def test_the_cleared_report_rebases_and_stale_reports_are_ignored() -> Non
     assert rig.events[-1] == ("b", "started")
     rig.out.on_played(330)
     assert rig.events[-1] == ("b", PlaybackFinished(0.2, False))
+
+
+async def test_a_client_that_never_confirms_a_clear_is_rebased_by_its_next_report() -> None:
+    # A simpler client drops its queue on clear and goes on counting, without
+    # `cleared: true`: the next reply must still be heard and finish.
+    rig = Rig()
+    await rig.segment(300)
+    rig.out.on_played(100)
+    rig.out.clear_buffer()
+    rig.out.on_played(120)  # within CLEARED_WAIT: may be stale, ignored
+    assert rig.events == [("a", "started"), ("a", PlaybackFinished(0.1, True))]
+    await asyncio.sleep(CLEARED_WAIT)  # the user's turn; then the reply to it
+    rig.listen("b")
+    await rig.segment(200)
+    rig.out.on_played(130)  # it stopped at 130: nothing of b could have played yet
+    assert rig.events[-1] == ("a", PlaybackFinished(0.1, True))
+    rig.out.on_played(131)
+    assert rig.events[-1] == ("b", "started")
+    rig.out.on_played(330)
+    assert rig.events[-1] == ("b", PlaybackFinished(0.2, False))
+    assert not rig.out.pending
+
+
+async def test_a_report_of_the_next_reply_already_playing_is_read_from_its_sending() -> None:
+    rig = Rig()
+    await rig.segment(300)
+    rig.out.on_played(100)
+    rig.out.clear_buffer()
+    await asyncio.sleep(CLEARED_WAIT)
+    rig.listen("b")
+    await rig.segment(200)  # sent at 0.5 s
+    await asyncio.sleep(0.05)
+    # The client stopped at 130 (unknown here) and has played 50 ms of b: 180. At most
+    # 50 ms of b can have played since it was sent, so b is heard from 130 on.
+    rig.out.on_played(180)
+    assert rig.events[-1] == ("b", "started")
+    rig.out.on_played(329)
+    assert rig.events[-1] == ("b", "started")
+    rig.out.on_played(330)
+    assert rig.events[-1] == ("b", PlaybackFinished(0.2, False))
+
+
+async def test_a_late_cleared_report_still_rebases_exactly() -> None:
+    rig = Rig()
+    await rig.segment(300)
+    rig.out.on_played(100)
+    rig.out.clear_buffer()
+    rig.listen("b")
+    await rig.segment(200)
+    await asyncio.sleep(CLEARED_WAIT)
+    rig.out.on_played(110)  # stale, but late: taken as the stop
+    rig.out.on_played(125, cleared=True)  # the truth arrives: 125
+    rig.out.on_played(324)
+    assert rig.events[-1] == ("b", "started")
+    rig.out.on_played(325)
+    assert rig.events[-1] == ("b", PlaybackFinished(0.2, False))
+
+
+async def test_a_client_that_stops_reporting_is_estimated_then_leads_again() -> None:
+    rig = Rig()
+    stalls: list[str] = []
+    rig.out.on_stall = stalls.append
+    await rig.segment(300)  # 0.3 s of audio, sent at t = 0
+    rig.out.on_played(50)
+    assert rig.events == [("a", "started")]
+    # Silent from here: at the real-time pace it would have played out 0.25 s later.
+    await asyncio.sleep(0.25 + STALL_GRACE - 0.01)
+    assert rig.events == [("a", "started")] and not stalls
+    await asyncio.sleep(0.02)
+    assert rig.events[-1] == ("a", PlaybackFinished(0.3, False))
+    assert len(stalls) == 1 and "played" in stalls[0]
+    # The next reply is paced on the server's clock: heard as sent, done when played.
+    rig.listen("b")
+    await rig.segment(200)
+    assert rig.events[-1] == ("b", "started")
+    await asyncio.sleep(0.19)
+    assert rig.events[-1] == ("b", "started")
+    await asyncio.sleep(0.02)
+    assert rig.events[-1] == ("b", PlaybackFinished(0.2, False))
+    # Reports come back: they lead again (no second warning).
+    rig.listen("c")
+    await rig.segment(100)
+    rig.out.on_played(300)  # the client is still on b: c has not started
+    rig.out.on_played(450)
+    assert rig.events[-1] == ("c", "started")
+    await asyncio.sleep(0.5)  # no estimate while the client reports: c is not done
+    assert rig.events[-1] == ("c", "started")
+    rig.out.on_played(600)
+    assert rig.events[-1] == ("c", PlaybackFinished(0.1, False))
+    assert len(stalls) == 1
+
+
+async def test_a_client_that_never_reports_gets_its_replies_paced() -> None:
+    rig = Rig()
+    stalls: list[str] = []
+    rig.out.on_stall = stalls.append
+    await rig.segment(300)
+    await asyncio.sleep(0.3 + STALL_GRACE + 0.01)
+    assert rig.events == [("a", "started"), ("a", PlaybackFinished(0.3, False))]
+    assert len(stalls) == 1
+    assert not rig.out.pending
 
 
 async def test_two_clears_before_their_reports_rebase_on_the_last() -> None:

@@ -275,6 +275,15 @@ class Connection:
         self.audio_input.close()
         self.audio_output.close()
 
+    def _playback_stalled(self, why: str) -> None:
+        self.send(
+            ErrorMessage(
+                code=ErrorCode.PLAYBACK_REPORTS,
+                message=f"{why}: the server estimates playback until `played` reports resume",
+                source="playback",
+            )
+        )
+
     # ------------------------------------------------------------- agent side
 
     async def serve(self, session: AgentSession[Any], agent: Agent) -> None:
@@ -299,6 +308,7 @@ class Connection:
         session.output.transcription = self._text
         self._text.paced = session.tts is not None or _is_realtime(session)
         self.audio_output.on_progress = self._text.progress
+        self.audio_output.on_stall = self._playback_stalled
         closed = asyncio.Event()
         handlers = self._subscribe(session, closed)
         assert self.audio_output.sample_rate is not None

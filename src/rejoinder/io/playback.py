@@ -14,12 +14,27 @@ more, never less). Until the client's ``cleared`` report says where it stopped, 
 mapping between samples sent and samples played is unknown; reports in between are
 stale and ignored, and audio sent meanwhile is placed after that position.
 
+The server never waits on a client forever (a client is code someone else wrote):
+
+* a client that does not answer ``clear`` with ``cleared: true``: once ``CLEARED_WAIT``
+  has passed since the clear, its next plain report says where it stopped (its count
+  stops growing when it drops its queue). If the next reply's audio went out meanwhile,
+  the client may already be playing it: as much of it as could have played since it was
+  sent is taken off the report (but never below the last report before the clear), so
+  the reply is heard from the right place, give or take the round trip to the client.
+* a client that stops reporting while audio is outstanding: ``STALL_GRACE`` after that
+  audio would have ended at the real-time pace, everything sent counts as played and
+  what is sent next is paced on the server's clock (started as it is sent, finished when
+  it would have played out). ``on_stall`` tells the transport once per stall; the first
+  report that comes back ends the estimate.
+
 Framework-free: both the WebSocket and the WebRTC transports use it, each with its own
 ``send_audio`` (a socket frame, a paced media track) and ``send_clear``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +44,15 @@ from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
 __all__ = ["ReportedPlayback"]
 
 logger = logging.getLogger("rejoinder")
+
+CLEARED_WAIT = 0.5
+"""Seconds after a ``clear`` during which plain ``played`` reports count as sent before
+the client processed it (a round trip and a report interval, with room to spare)."""
+
+STALL_GRACE = 1.5
+"""Seconds past the end of the outstanding audio (at the real-time pace from the last
+report) that a client may stay silent before its playback is estimated. Over a second:
+a browser throttles a background tab's timers to once a second."""
 
 
 @dataclass(slots=True)
@@ -46,6 +70,9 @@ class _Segment:
 class ReportedPlayback(AudioOutput):
     """Plays through ``send_audio`` and reports from the client's ``played`` counts.
 
+    ``stall_grace``: see ``STALL_GRACE`` (``None``: a subclass that bounds silent
+    clients its own way).
+
     ``send_audio(frame)`` hands one frame (mono, at ``sample_rate``) to the transport;
     awaiting it is the transport's backpressure. ``send_clear()`` must drop whatever
     audio the transport still holds and tell the client to clear; it must not raise.
@@ -60,6 +87,7 @@ class ReportedPlayback(AudioOutput):
         if sample_rate <= 0:
             raise ValueError("sample_rate must be positive")
         super().__init__(sample_rate=sample_rate, can_pause=False)
+        self.stall_grace: float | None = STALL_GRACE
         self._send_audio = send_audio
         self._send_clear = send_clear
         self._segments: list[_Segment] = []
@@ -77,7 +105,24 @@ class ReportedPlayback(AudioOutput):
         self.on_progress: Callable[[float, float | None], None] | None = None
         """Called with each report that moves the segment being heard: seconds of it
         heard, and its whole length once it is complete (``None`` before)."""
+        self.on_stall: Callable[[str], None] | None = None
+        """Called (with a sentence saying why) when the client's reports stop and playback
+        is estimated from here on, until a report comes back."""
         self._last_progress: tuple[int, int, bool] | None = None
+        self._cleared_at: float | None = None
+        """When the last clear was sent (for telling stale reports from a client that
+        does not confirm clears)."""
+        self._anchor: tuple[float, int] = (0.0, 0)
+        """(time, position) of the last report that moved playback, or of the first
+        outstanding sample's sending: the real-time pace is counted from there."""
+        self._last_capture = 0.0
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._estimate: int | None = None
+        """While the client is silent: samples of this epoch taken as played."""
+        self._paced_until = 0.0
+        """While estimating: when everything sent will have played out."""
+        self._epoch_first_sent: float | None = None
+        """When the first audio after an unconfirmed clear was sent."""
 
     # ---------------------------------------------------------------- reading
 
@@ -110,6 +155,12 @@ class ReportedPlayback(AudioOutput):
             raise ValueError("the client protocol carries mono audio")
         if self._closed:
             return  # the client is gone: nothing can be heard
+        now = _now()
+        if not self._segments:
+            # Audio after a pause: the client's pace is counted from now.
+            self._anchor = (now, self._sent)
+        if self._base is None and self._epoch_first_sent is None:
+            self._epoch_first_sent = now
         if not self._segments or self._segments[-1].flushed:
             # The listener is the one set for this segment (a speech takes the output's
             # reports with its first frame); earlier segments keep theirs.
@@ -125,6 +176,11 @@ class ReportedPlayback(AudioOutput):
         self._sent += samples
         self.total_sent += samples
         segment.end = self._sent
+        self._last_capture = now
+        if self._estimate is not None:
+            self._pace_estimate(now, samples)
+        else:
+            self._watch_stall()
         await self._send_audio(frame)
 
     def flush(self) -> None:
@@ -143,6 +199,11 @@ class ReportedPlayback(AudioOutput):
         self._pending_clears += 1
         self._base = None
         self._sent = 0
+        self._cleared_at = _now()
+        self._epoch_first_sent = None
+        if self._estimate is not None:
+            self._estimate = 0  # the new epoch: nothing of it played yet
+        self._cancel_stall()
         try:
             self._send_clear()
         finally:
@@ -162,19 +223,33 @@ class ReportedPlayback(AudioOutput):
             self._played = max(self._played, samples)
             if self._pending_clears == 0:
                 self._base = samples
-            self._advance()
+            self._heard_from_client()
             return
         if self._base is None:
-            return  # stale: sent before the client processed our clear
+            cleared_at = self._cleared_at
+            if cleared_at is not None and _now() - cleared_at < CLEARED_WAIT:
+                return  # stale: sent before the client processed our clear
+            # A client that does not confirm clears: it stopped here, less what of the
+            # next reply it could have played since that was sent (a late ``cleared``
+            # report, if one still comes, re-bases exactly).
+            assert self.sample_rate is not None
+            first_sent = self._epoch_first_sent
+            since = 0.0 if first_sent is None else max(0.0, _now() - first_sent)
+            could_play = min(self._sent, round(since * self.sample_rate))
+            self._base = max(self._played, samples - could_play)
+            self._played = max(self._played, samples)
+            self._heard_from_client()
+            return
         if samples <= self._played:
             return  # counts only grow; a repeat or a reordered report says nothing new
         self._played = samples
-        self._advance()
+        self._heard_from_client()
 
     def close(self) -> None:
         """The client is gone: every open segment ends now, interrupted, where the last
         report left it. Later frames are dropped."""
         self._closed = True
+        self._cancel_stall()
         position = self._position()
         segments, self._segments = self._segments, []
         for segment in segments:
@@ -185,10 +260,85 @@ class ReportedPlayback(AudioOutput):
     # -------------------------------------------------------------- internal
 
     def _position(self) -> int | None:
-        """Samples of this epoch played, per the last report (None: unknown)."""
+        """Samples of this epoch played, per the last report or the estimate (None:
+        unknown)."""
+        if self._estimate is not None:
+            return min(self._sent, self._estimate)
         if self._base is None:
             return None
         return min(self._sent, max(0, self._played - self._base))
+
+    # -------------------------------------------------- a client gone quiet
+
+    def _heard_from_client(self) -> None:
+        """A report was taken: the client's own count leads again."""
+        if self._estimate is not None:
+            self._estimate = None
+            logger.info("the client reports playback again: its reports lead")
+        position = self._position()
+        if position is not None:
+            self._anchor = (_now(), position)
+        self._advance()
+        self._watch_stall()
+
+    def _watch_stall(self) -> None:
+        """(Re)arm the check for a client that stopped reporting, while audio is
+        outstanding: due ``stall_grace`` after it would have played out."""
+        self._cancel_stall()
+        if self.stall_grace is None:
+            return
+        if not self._segments or self._closed or self._estimate is not None:
+            return
+        assert self.sample_rate is not None
+        anchored_at, anchored = self._anchor
+        ends = anchored_at + max(0, self._sent - anchored) / self.sample_rate
+        due = max(ends, self._last_capture) + self.stall_grace
+        self._stall_timer = asyncio.get_running_loop().call_at(due, self._stalled)
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if not self._segments or self._closed:
+            return
+        why = (
+            "no `cleared: true` report and no `played` report after a clear"
+            if self._base is None
+            else "no `played` report while agent audio was playing"
+        )
+        logger.warning(
+            "the client's playback reports stopped (%s): playback is estimated until they resume",
+            why,
+        )
+        self._estimate = self._sent  # everything sent has had time to play
+        self._paced_until = _now()
+        if self.on_stall is not None:
+            try:
+                self.on_stall(why)
+            except Exception:
+                logger.exception("the playback stall callback failed")
+        self._advance()
+
+    def _pace_estimate(self, now: float, samples: int) -> None:
+        """Estimating: a frame just sent starts playing now (or after what is queued)
+        and has played out at the real-time pace."""
+        assert self.sample_rate is not None and self._estimate is not None
+        start = max(now, self._paced_until)
+        self._paced_until = start + samples / self.sample_rate
+        # It is heard from its first sample on: the segment it belongs to has started.
+        self._estimate = max(self._estimate, self._sent - samples + 1)
+        self._advance()
+        self._cancel_stall()
+        self._stall_timer = asyncio.get_running_loop().call_at(self._paced_until, self._paced_out)
+
+    def _paced_out(self) -> None:
+        self._stall_timer = None
+        if self._estimate is not None:
+            self._estimate = self._sent
+            self._advance()
+
+    def _cancel_stall(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
 
     def _advance(self) -> None:
         position = self._position()
@@ -226,3 +376,7 @@ class ReportedPlayback(AudioOutput):
         assert self.sample_rate is not None
         if segment.on_finished is not None:
             segment.on_finished(PlaybackFinished(samples / self.sample_rate, interrupted))
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

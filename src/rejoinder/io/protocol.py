@@ -94,6 +94,9 @@ class ErrorCode:
     NOT_READY = "not_ready"
     AUDIO_OVERRUN = "audio_overrun"
     START_TIMEOUT = "start_timeout"
+    PLAYBACK_REPORTS = "playback_reports"
+    """A warning: the client's ``played`` reports stopped (or a ``clear`` was never
+    confirmed); the server estimates playback until they resume."""
     SESSION = "session_error"
     INTERNAL = "internal_error"
 

@@ -72,6 +72,9 @@ class MarkedPlayback(ReportedPlayback):
         if lead < 0 or echo_timeout <= 0:
             raise ValueError("lead must be >= 0 and echo_timeout positive")
         super().__init__(sample_rate, self._send_chunks, self._clear_sent)
+        # A carrier that stops echoing marks is bounded by echo_timeout (its echoes
+        # trail the audio by its own jitter buffer), not by the client protocol's grace.
+        self.stall_grace = None
         self._send_media = send_media
         self._send_mark = send_mark
         self._send_clear_message = send_clear
