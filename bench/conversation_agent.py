@@ -6,8 +6,8 @@ Each connection gets a session built exactly as the shipped offline stack builds
 ``rj.AgentSession(llm=..., **local.voice_session_options(stt=..., tts=...))``, whatever
 the client's rate (the phone band gets the same stack, as a phone call does). Whisper and
 Piper are shared by every connection, as ``examples/voice_agent.py`` shares them (loading
-them per session would cost seconds each time), and they are loaded before this file
-finishes importing, so the server's /healthz answers only once they are ready.
+them per session would cost seconds each time), and ``prewarm`` loads them before the
+server listens, so its /healthz answers only once they are ready.
 
 The model is a zero-latency fake (``_fakes.InstantLLM``): every user turn gets the same
 three sentences (``REPLY``, about 6 s of Piper speech), long enough for a barge-in to land
@@ -17,7 +17,6 @@ while the agent talks.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import rejoinder as rj
 from _conversation_reply import REPLY
@@ -25,32 +24,13 @@ from _fakes import InstantLLM, split_even
 from rejoinder.io import Connection
 from rejoinder.providers import local
 
-
-class _SharedWhisper(local.WhisperSTT):
-    async def aclose(self) -> None:
-        pass  # shared: a session that ends leaves it loaded
+STT = rj.shared(local.WhisperSTT())
+TTS = rj.shared(local.PiperTTS())
 
 
-class _SharedPiper(local.PiperTTS):
-    async def aclose(self) -> None:
-        pass
-
-
-STT = _SharedWhisper()
-TTS = _SharedPiper()
-
-
-def _load() -> None:
-    async def load() -> None:
-        await asyncio.gather(STT.load(), TTS.load())
-
-    asyncio.run(load())
-
-
-# A thread of its own: the file may be imported while an event loop runs.
-_loader = threading.Thread(target=_load, name="load-speech-models")
-_loader.start()
-_loader.join()
+async def prewarm() -> None:
+    """Run by ``rejoinder serve`` before it listens: /healthz answers once both are loaded."""
+    await asyncio.gather(STT.load(), TTS.load())
 
 
 async def entrypoint(conn: Connection) -> None:

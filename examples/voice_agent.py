@@ -18,17 +18,15 @@ real model through an OpenAI-compatible API instead, set ``REJOINDER_LLM`` (and
 
 ``rejoinder dev`` calls ``entrypoint`` once per connection (a browser tab over WebRTC or
 WebSocket); each connection gets its own session. The speech models take seconds to load,
-so one Whisper and one Piper serve every connection (each runs one request at a time);
-they start loading in the background as soon as this file is loaded, and stay loaded when
-a session ends.
+so one Whisper and one Piper serve every connection (each runs one request at a time):
+``rj.shared`` marks them as the process's, ``prewarm`` loads them once before the server
+listens, and they stay loaded when a session ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sys
-import threading
 
 import rejoinder as rj
 from rejoinder.demo import MAX_TIMER_SECONDS, DemoAgent, DemoLLM
@@ -60,35 +58,14 @@ class VoiceAssistant(DemoAgent):
         self.session.say(GREETING)
 
 
-class SharedWhisper(local.WhisperSTT):
-    """Whisper shared by every session: a session that ends leaves it loaded."""
-
-    async def aclose(self) -> None:
-        pass
-
-
-class SharedPiper(local.PiperTTS):
-    """Piper shared by every session: a session that ends leaves it loaded."""
-
-    async def aclose(self) -> None:
-        pass
+# Loaded once per process and shared by every session (none closes them): rejoinder
+# dev/serve run prewarm() below before they listen, so the first caller does not wait.
+STT = rj.shared(local.WhisperSTT())
+TTS = rj.shared(local.PiperTTS())
 
 
-STT = SharedWhisper()
-TTS = SharedPiper()
-
-
-def _load_models() -> None:
-    async def load() -> None:
-        await asyncio.gather(STT.load(), TTS.load())
-
-    try:
-        asyncio.run(load())
-    except Exception as exc:  # each session reports it again when it needs the model
-        print(f"voice_agent: loading the speech models failed: {exc}", file=sys.stderr)
-
-
-threading.Thread(target=_load_models, name="load-speech-models", daemon=True).start()
+async def prewarm() -> None:
+    await asyncio.gather(STT.load(), TTS.load())
 
 
 def make_llm() -> rj.LLM:

@@ -77,7 +77,9 @@ from .session import (
     UserInputTranscribedEvent,
     UserStateChangedEvent,
     UserTurnDiscardedEvent,
+    close_shared,
     function_tool,
+    shared,
 )
 
 __version__ = "0.1.0"
@@ -177,6 +179,8 @@ __all__ = [
     "UserTurnDiscardedEvent",
     "VoiceLatencyMetrics",
     "__version__",
+    "close_shared",
     "function_tool",
     "is_backchannel",
+    "shared",
 ]

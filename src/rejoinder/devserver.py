@@ -4,9 +4,14 @@ Both load the file (``rejoinder.discover``), build the app (``rejoinder.io.app``
 at ``/``, the WebSocket transport at ``/ws``, WebRTC signalling at ``/api/offer`` when the
 ``webrtc`` extra is installed, ``/healthz``) and serve it until SIGINT or SIGTERM.
 
+Before listening they run the file's ``prewarm`` (if it defines one), so the models every
+session shares (``rj.shared``) are loaded once per process, before the first caller; they
+close the shared models when they stop.
+
 - ``dev`` binds 127.0.0.1:8000 by default and reloads the agent file when it changes: it
   polls the file's modification time (every ``RELOAD_POLL`` seconds) and runs the file
-  again in-process. New connections get the new ``entrypoint``; sessions already live keep
+  again in-process (and its ``prewarm``). New connections get the new ``entrypoint`` once
+  that is done; sessions already live keep
   the code they started with. A file that no longer loads is reported and the previous
   entry point stays in use. Modules the agent file imports are not reloaded (restart the
   server for those). On Ctrl-C live sessions get ``DEV_DRAIN_TIMEOUT`` seconds.
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .discover import EntrypointError, load_entrypoint
+from .discover import AgentFile, EntrypointError, load_agent_file
 from .io.admission import SessionGate
 
 __all__ = [
@@ -81,7 +86,8 @@ class ReloadingEntrypoint:
     def __init__(self, path: str, out: TextIO) -> None:
         self.path = path
         self._out = out
-        self._current: Callable[[Any], Awaitable[None]] = load_entrypoint(path)
+        self.loaded = load_agent_file(path)
+        self._current: Callable[[Any], Awaitable[None]] = self.loaded.entrypoint
         self._stamp = self._mtime()
         self.reloads = 0
 
@@ -94,26 +100,40 @@ class ReloadingEntrypoint:
         except OSError:
             return None
 
-    def check(self) -> bool:
-        """Reload if the file changed since it was last loaded; ``True`` if it did."""
+    def check(self) -> AgentFile | None:
+        """Load the file again if it changed since it was last loaded (not yet serving
+        it: see ``watch``)."""
         stamp = self._mtime()
         if stamp is None or stamp == self._stamp:
-            return False
+            return None
         self._stamp = stamp
         try:
-            self._current = load_entrypoint(self.path)
+            return load_agent_file(self.path)
         except EntrypointError as exc:
             _say(self._out, f"reload failed, still serving the previous version: {exc}")
+            return None
+
+    async def prewarm(self, loaded: AgentFile) -> bool:
+        """Run the file's ``prewarm``; whether it succeeded (a failure is printed)."""
+        try:
+            await loaded.run_prewarm()
+        except Exception as exc:
+            _say(self._out, f"prewarm in {self.path} failed: {type(exc).__name__}: {exc}")
             return False
-        self.reloads += 1
-        _say(self._out, f"reloaded {self.path}: new connections use the new entrypoint")
         return True
 
     async def watch(self, interval: float = RELOAD_POLL) -> None:
         while True:
             await asyncio.sleep(interval)
             # Loading runs the agent file: off the loop, so live sessions keep their pace.
-            await asyncio.to_thread(self.check)
+            loaded = await asyncio.to_thread(self.check)
+            if loaded is None:
+                continue
+            # New connections get the new version once its models are warm.
+            await self.prewarm(loaded)
+            self.loaded, self._current = loaded, loaded.entrypoint
+            self.reloads += 1
+            _say(self._out, f"reloaded {self.path}: new connections use the new entrypoint")
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -162,6 +182,8 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         _error(command, str(exc))
         return EXIT_USAGE
     webrtc = None if app[WEBRTC] is not None else (webrtc_unavailable() or "off")
+    # Before listening: the first caller must not wait for the models to load.
+    await entry.prewarm(entry.loaded)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     site = web.TCPSite(runner, options.host, options.port, shutdown_timeout=SHUTDOWN_TIMEOUT)
@@ -203,6 +225,9 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         for signum in handled:
             loop.remove_signal_handler(signum)
         await runner.cleanup()
+        from .session.model_claims import close_shared
+
+        await close_shared()
     _say(stream, "stopped")
     return 0
 

@@ -12,6 +12,10 @@ test client) with the typed ``Connection``. Anything that goes wrong is an
 ``EntrypointError`` whose message says what to fix: a missing file, a syntax error (with
 its line), an exception while the file ran, no ``entrypoint``, or one of the wrong shape.
 
+It may also define ``prewarm`` (``async def prewarm() -> None``, or a plain function): run
+once per process after the file loads and before it serves, so that models shared by
+every session (``rj.shared(...)``) are loaded before the first caller waits for them.
+
 The file's directory is put at the front of ``sys.path`` while it loads, as ``python
 FILE`` would, so it can import modules next to it. Loading again (``rejoinder dev``
 reloads after an edit) runs the file afresh under the same module name.
@@ -19,18 +23,29 @@ reloads after an edit) runs the file afresh under the same module name.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-__all__ = ["ENTRYPOINT_NAME", "EntrypointError", "load_entrypoint", "module_name_for"]
+__all__ = [
+    "ENTRYPOINT_NAME",
+    "PREWARM_NAME",
+    "AgentFile",
+    "EntrypointError",
+    "load_agent_file",
+    "load_entrypoint",
+    "module_name_for",
+]
 
 ENTRYPOINT_NAME = "entrypoint"
+PREWARM_NAME = "prewarm"
 
 _EXAMPLE = (
     "    async def entrypoint(conn: rejoinder.io.Connection) -> None:\n"
@@ -49,6 +64,48 @@ def module_name_for(path: Path) -> str:
     """The name the agent file is loaded under (in ``sys.modules``)."""
     stem = re.sub(r"\W", "_", path.stem) or "agent"
     return f"_rejoinder_agent_{stem}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFile:
+    entrypoint: Loaded
+    prewarm: Callable[[], object] | None = None
+    """The file's ``prewarm``, if it has one (``run_prewarm`` calls it)."""
+
+    async def run_prewarm(self) -> None:
+        """Run ``prewarm`` (a plain function in a thread, off the event loop)."""
+        if self.prewarm is None:
+            return
+        if inspect.iscoroutinefunction(self.prewarm):
+            await self.prewarm()
+        else:
+            await asyncio.to_thread(self.prewarm)
+
+
+def load_agent_file(path: str | Path) -> AgentFile:
+    """Load ``path``: its ``entrypoint`` (an async function of one argument) and its
+    ``prewarm``, if any (a function of no arguments)."""
+    entrypoint = load_entrypoint(path)
+    module = sys.modules[module_name_for(Path(path).resolve())]
+    prewarm = getattr(module, PREWARM_NAME, None)
+    if prewarm is None:
+        return AgentFile(entrypoint)
+    if not callable(prewarm) or not _takes_nothing(prewarm):
+        raise EntrypointError(
+            f"{PREWARM_NAME} in {path} must be a function of no arguments, run once per "
+            f"process before serving: async def {PREWARM_NAME}() -> None"
+        )
+    return AgentFile(entrypoint, prewarm)
+
+
+def _takes_nothing(call: Callable[..., object]) -> bool:
+    try:
+        inspect.signature(call).bind()
+    except TypeError:
+        return False
+    except ValueError:  # pragma: no cover - no signature to read
+        return True
+    return True
 
 
 def load_entrypoint(path: str | Path) -> Loaded:

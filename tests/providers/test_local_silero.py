@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -324,6 +324,15 @@ def test_invalid_options() -> None:
 # Installation and import ----------------------------------------------------------------
 
 
+@pytest.fixture
+def no_loaded_engine() -> Iterator[None]:
+    """The process's engine is loaded once; these tests load it again, without it."""
+    silero_module._load_session.cache_clear()
+    yield
+    silero_module._load_session.cache_clear()
+
+
+@pytest.mark.usefixtures("no_loaded_engine")
 def test_missing_silero_wheel_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
     real = silero_module.importlib.util.find_spec
     monkeypatch.setattr(
@@ -335,6 +344,7 @@ def test_missing_silero_wheel_names_the_pip_command(monkeypatch: pytest.MonkeyPa
         SileroVAD().stream()
 
 
+@pytest.mark.usefixtures("no_loaded_engine")
 def test_missing_onnxruntime_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes the import fail
     with pytest.raises(RuntimeError, match="pip install onnxruntime"):

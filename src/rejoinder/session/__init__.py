@@ -36,6 +36,7 @@ from .events import (
     UserTurnDiscardedEvent,
 )
 from .keypad import CollectDigits, Digits
+from .model_claims import close_shared, shared
 from .run_context import RunContext
 from .run_result import RunResult
 from .session import AgentSession
@@ -74,5 +75,7 @@ __all__ = [
     "UserInputTranscribedEvent",
     "UserStateChangedEvent",
     "UserTurnDiscardedEvent",
+    "close_shared",
     "function_tool",
+    "shared",
 ]

@@ -31,6 +31,7 @@ budget there. ``batch_windows=4`` takes 66-90 µs (up to 96 ms later events) and
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -101,7 +102,11 @@ def model_path() -> str:
     return path
 
 
+@functools.cache
 def _load_session() -> InferenceSession:
+    """One engine per process: every ``SileroVAD`` and stream shares it (the model is
+    stateless, each stream passes its own state, and onnxruntime runs concurrent calls
+    safely), so a new session does not load the model again."""
     try:
         import onnxruntime  # type: ignore[import-untyped]  # ships no type information
     except ImportError as exc:

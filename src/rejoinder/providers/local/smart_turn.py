@@ -167,8 +167,14 @@ class SmartTurn(TurnDetector):
     def _ensure_loaded(self) -> tuple[_InferenceSession, Any]:
         with self._load_lock:
             if self._session is None or self._extractor is None:
-                self._extractor = _load_extractor()
-                self._session = self._load_session()
+                path = self.model_path if self.model_path is not None else model_path()
+                key = (str(path), self.cpu_threads)
+                # One engine per model and thread count in the process: every session's
+                # SmartTurn shares it (onnxruntime runs concurrent calls safely).
+                with _ENGINES_LOCK:
+                    if key not in _ENGINES:
+                        _ENGINES[key] = (self._load_session(), _load_extractor())
+                    self._session, self._extractor = _ENGINES[key]
             return self._session, self._extractor
 
     def _load_session(self) -> _InferenceSession:
@@ -190,6 +196,10 @@ class SmartTurn(TurnDetector):
         except Exception as exc:
             raise TurnDetectorError(f"could not load the Smart Turn model {path}: {exc}") from exc
         return session
+
+
+_ENGINES: dict[tuple[str, int], tuple[_InferenceSession, Any]] = {}
+_ENGINES_LOCK = threading.Lock()
 
 
 def _default_threads() -> int:

@@ -4,25 +4,48 @@ place, so what the benchmarks measure is what a user runs.
 
     session = rj.AgentSession(llm=llm, **local.voice_session_options())
 
-The speech models take seconds to load; pass ``stt=`` / ``tts=`` to share loaded ones
-between sessions. Everything else is small and belongs to one session.
+The speech models take seconds to load, so by default every session of the process gets
+the same Whisper and Piper (``rj.shared``: loaded once, closed by none of them); pass
+``stt=`` / ``tts=`` for others. The small models (Silero, Smart Turn) are per session
+objects over one engine per process, loaded once too.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
+
+from ...session.model_claims import shared
 
 if TYPE_CHECKING:
     from ...models.stt import STT
     from ...models.tts import TTS
+    from .piper_tts import PiperTTS
+    from .whisper import WhisperSTT
+
+
+@functools.cache
+def shared_whisper() -> WhisperSTT:
+    """The process's ``WhisperSTT()`` (default settings), shared by every session."""
+    from .whisper import WhisperSTT
+
+    return shared(WhisperSTT())
+
+
+@functools.cache
+def shared_piper() -> PiperTTS:
+    """The process's ``PiperTTS()`` (the default voice), shared by every session."""
+    from .piper_tts import PiperTTS
+
+    return shared(PiperTTS())
 
 
 def voice_session_options(*, stt: STT | None = None, tts: TTS | None = None) -> dict[str, Any]:
     """``AgentSession`` keyword arguments for the offline conversation stack.
 
     Args:
-        stt: the recognizer (default: a new ``WhisperSTT()``).
-        tts: the voice (default: a new ``PiperTTS()``).
+        stt: the recognizer (default: the process's shared ``WhisperSTT()``).
+        tts: the voice (default: the process's shared ``PiperTTS()``).
 
     The phone band (8 kHz G.711) gets the same stack: each model takes 8 kHz audio
     (Silero natively, Whisper and Smart Turn resampled, the onset classifier reads only
@@ -30,16 +53,14 @@ def voice_session_options(*, stt: STT | None = None, tts: TTS | None = None) -> 
     Whisper.
     """
     from .onset_interruption import OnsetInterruptionDetector
-    from .piper_tts import PiperTTS
     from .silero import SileroVAD
     from .smart_turn import SmartTurn
-    from .whisper import WhisperSTT
 
     return {
         # The turn model, not a long silence, decides: end utterances quickly.
         "vad": SileroVAD(min_silence_duration=0.2),
-        "stt": stt if stt is not None else WhisperSTT(),
-        "tts": tts if tts is not None else PiperTTS(),
+        "stt": stt if stt is not None else shared_whisper(),
+        "tts": tts if tts is not None else shared_piper(),
         # Turn ends from the words and the audio model, not the recognizer's punctuation.
         "turn_detection": SmartTurn(),
         # A backchannel or a cough over the agent changes nothing; "wait" stops it.
