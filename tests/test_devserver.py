@@ -4,7 +4,6 @@ server itself as a subprocess on 127.0.0.1 (real time, each test bounded to seco
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,7 @@ from rejoinder.discover import EntrypointError, load_entrypoint, module_name_for
 from rejoinder.io.admission import SessionGate
 from rejoinder.io.webrtc import available as webrtc_available
 
-ROOT = Path(__file__).resolve().parents[1]
-REJOINDER = [sys.executable, "-m", "rejoinder.cli"]
-STARTUP_TIMEOUT = 15.0
+from ._served import REJOINDER, ROOT, server
 
 
 def write(tmp_path: Path, source: str, name: str = "agent.py") -> Path:
@@ -247,66 +243,6 @@ async def entrypoint(conn):
 
 
 @dataclass
-class Server:
-    process: asyncio.subprocess.Process
-    port: int
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def wait_line(self, pattern: str, within: float = 10.0) -> str:
-        """The first stdout line (seen before or arriving) that matches ``pattern``."""
-        async with asyncio.timeout(within):
-            index = 0
-            while True:
-                while index < len(self.lines):
-                    if re.search(pattern, self.lines[index]):
-                        return self.lines[index]
-                    index += 1
-                await self._read_line()
-
-    async def _read_line(self) -> None:
-        assert self.process.stdout is not None
-        raw = await self.process.stdout.readline()
-        if not raw:
-            raise AssertionError(f"the server exited; its output: {self.lines}")
-        self.lines.append(raw.decode().rstrip("\n"))
-
-    async def exit_code(self, within: float) -> int:
-        async with asyncio.timeout(within):
-            assert self.process.stdout is not None
-            self.lines += (await self.process.stdout.read()).decode().splitlines()
-            return await self.process.wait()
-
-
-@contextlib.asynccontextmanager
-async def server(argv: Sequence[str], command: Sequence[str] = REJOINDER) -> AsyncIterator[Server]:
-    """``command ARGV --port 0`` in the repository, until it printed its URLs."""
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        *argv,
-        "--port",
-        "0",
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    running = Server(process, 0)
-    try:
-        line = await running.wait_line(r"health: +http://127\.0\.0\.1:\d+/healthz", STARTUP_TIMEOUT)
-        match = re.search(r":(\d+)/healthz", line)
-        assert match is not None
-        running.port = int(match.group(1))
-        yield running
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-@dataclass
 class Client:
     """A minimal protocol v1 client: reports everything it received as played at once."""
 
@@ -360,7 +296,9 @@ async def test_serve_health_session_limit_and_drain_when_the_client_leaves(
     async with server(argv) as srv, aiohttp.ClientSession() as http:
         async with http.get(f"{srv.base}/healthz") as response:
             assert response.status == 200
-            assert await response.json() == {"status": "ok", "sessions": 0, "max_sessions": 1}
+            health = await response.json()
+            assert health["capacity"] >= 1 and 0 <= health["load"] <= 1  # admission by load
+            assert health == {**health, "status": "ok", "sessions": 0, "max_sessions": 1}
         ws = await http.ws_connect(f"{srv.base}/ws")
         client = Client(ws)
         ready = await client.start()
@@ -381,11 +319,8 @@ async def test_serve_health_session_limit_and_drain_when_the_client_leaves(
         await srv.wait_line(r"^draining: .*1 live session")
         async with http.get(f"{srv.base}/healthz") as response:
             assert response.status == 503
-            assert await response.json() == {
-                "status": "draining",
-                "sessions": 1,
-                "max_sessions": 1,
-            }
+            health = await response.json()
+            assert health == {**health, "status": "draining", "sessions": 1, "max_sessions": 1}
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(f"{srv.base}/ws")
         assert refused.value.status == 503

@@ -200,6 +200,15 @@ def _add_server_commands(commands: Any) -> None:
             help="at most N live sessions; more are refused with HTTP 503 (default: no limit)",
         )
         sub.add_argument(
+            "--max-load",
+            metavar="SHARE",
+            type=_load_share,
+            default=0.75,
+            help="refuse new sessions (HTTP 503, /healthz 'full') while the process's "
+            "measured CPU use with one more session would pass this share of the machine's "
+            "cores (default 0.75; 0 turns admission by load off)",
+        )
+        sub.add_argument(
             "--drain-timeout",
             metavar="SECONDS",
             type=float,
@@ -297,6 +306,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _load_share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0-1 (a share of the cores), got {text}")
+    return value
+
+
 def _run_server(args: argparse.Namespace) -> int:
     from .devserver import ServerOptions, run_server
 
@@ -309,6 +328,7 @@ def _run_server(args: argparse.Namespace) -> int:
         port=args.port,
         reload=args.reload,
         max_sessions=args.max_sessions,
+        max_load=args.max_load or None,
         drain_timeout=args.drain_timeout,
         command=args.command,
         telephony=tuple(args.telephony),

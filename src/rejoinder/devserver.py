@@ -70,6 +70,8 @@ class ServerOptions:
     port: int = DEFAULT_PORT
     reload: bool = False
     max_sessions: int | None = None
+    max_load: float | None = None
+    """Admission by measured load (``rejoinder.io.load``): the target share of the cores."""
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     command: str = "serve"
     inspect: bool = False
@@ -168,8 +170,10 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
     from aiohttp import web
 
     from .io.app import WEBRTC, create_app, webrtc_unavailable
+    from .io.load import LoadGauge
 
-    gate: SessionGate[Any] = SessionGate(options.max_sessions)
+    load = LoadGauge(target=options.max_load) if options.max_load else None
+    gate: SessionGate[Any] = SessionGate(options.max_sessions, load=load)
     try:
         app = create_app(
             entry,

@@ -1,4 +1,5 @@
-"""Who may start a session: a limit on live sessions, and a graceful drain.
+"""Who may start a session: the process's measured load, a limit on live sessions, and a
+graceful drain.
 
 ``SessionGate`` is framework-free. The server wraps each request that would start a
 session (the WebSocket upgrade, a WebRTC offer) in ``gate.admit()`` and answers HTTP 503
@@ -8,6 +9,10 @@ admitting, waits up to ``seconds`` for the live sessions to end on their own, th
 the rest: ``close(conn)`` first (the app closes the connection's session, so the entry
 point returns and the transport says goodbye), cancelling what is still running after
 ``CANCEL_GRACE`` seconds.
+
+With a ``LoadGauge`` (``rejoinder.io.load``) a session is also refused while the process's
+predicted CPU load with one more session would pass the gauge's target: a full server
+says so (``status`` is ``"full"``) instead of slowing every live session down.
 
 A request that was admitted holds a place until its entry point starts (or the request
 ends without one), so two requests racing for the last place cannot both get it.
@@ -21,7 +26,10 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from .load import LoadGauge
 
 __all__ = ["Admission", "SessionGate"]
 
@@ -77,8 +85,12 @@ class SessionGate(Generic[C]):
 
     max_sessions: int | None = None
     close: Callable[[C], Awaitable[None]] | None = None
+    load: LoadGauge | None = None
+    """Admission by measured load (``None``: by ``max_sessions`` alone)."""
     _live: dict[asyncio.Task[Any], C] = field(default_factory=dict)
     _held: set[Admission] = field(default_factory=set)
+    _began: dict[asyncio.Task[Any], float] = field(default_factory=dict)
+    """When each live session started (loop time)."""
     _draining: bool = False
     _idle: asyncio.Event | None = None
     started_total: int = 0
@@ -105,16 +117,25 @@ class SessionGate(Generic[C]):
         return self._draining
 
     @property
-    def status(self) -> Literal["ok", "draining"]:
-        return "draining" if self._draining else "ok"
+    def status(self) -> Literal["ok", "draining", "full"]:
+        if self._draining:
+            return "draining"
+        return "ok" if self.refusal() is None else "full"
 
     def refusal(self) -> str | None:
         """Why a new session would be refused now, or ``None``."""
         if self._draining:
             return "the server is shutting down (draining); try again elsewhere"
-        if self.max_sessions is not None and self.live + len(self._held) >= self.max_sessions:
+        taken = self.live + len(self._held)
+        if self.max_sessions is not None and taken >= self.max_sessions:
             limit = self.max_sessions
             return f"the server is full (at most {limit} live session(s)); try again later"
+        if self.load is not None:
+            from .load import WINDOW_SECONDS
+
+            now = asyncio.get_running_loop().time()
+            young = sum(1 for began in self._began.values() if now - began < WINDOW_SECONDS)
+            return self.load.refusal(taken, young + len(self._held))
         return None
 
     # ----------------------------------------------------------- admitting
@@ -153,11 +174,13 @@ class SessionGate(Generic[C]):
             logger.info("a connection arrived while draining; not starting its session")
             return
         self._live[task] = conn
+        self._began[task] = asyncio.get_running_loop().time()
         self.started_total += 1
         try:
             await entrypoint(conn)
         finally:
             self._live.pop(task, None)
+            self._began.pop(task, None)
             self._changed()
 
     # ------------------------------------------------------------- draining

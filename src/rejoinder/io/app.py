@@ -21,8 +21,10 @@ the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -130,7 +132,29 @@ def create_app(
         add_inspect_routes(app, gate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    if gate.load is not None:
+        app.cleanup_ctx.append(_sampling(gate))
     return app
+
+
+def _sampling(gate: SessionGate[Connection]) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The gate's load gauge, sampled every ``SAMPLE_SECONDS`` while the app runs."""
+    from .load import SAMPLE_SECONDS
+
+    async def sample_forever() -> None:
+        assert gate.load is not None
+        while True:
+            gate.load.sample(gate.live)
+            await asyncio.sleep(SAMPLE_SECONDS)
+
+    async def context(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(sample_forever(), name="rejoinder-load-gauge")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context
 
 
 def _refused(gate: SessionGate[Connection]) -> web.Response:

@@ -208,8 +208,16 @@ class HttpAnswer:
 def health_answer(gate: SessionGate[Connection]) -> HttpAnswer:
     """``GET /healthz``: the status and the session counts; 503 once draining, so a load
     balancer stops sending clients."""
-    body = {"status": gate.status, "sessions": gate.live, "max_sessions": gate.max_sessions}
-    return HttpAnswer.json(body, status=503 if gate.draining else 200)
+    status = gate.status
+    body: dict[str, Any] = {
+        "status": status,
+        "sessions": gate.live,
+        "max_sessions": gate.max_sessions,
+    }
+    if gate.load is not None:
+        body["capacity"] = gate.load.capacity
+        body["load"] = round(gate.load.utilization, 3)
+    return HttpAnswer.json(body, status=200 if status == "ok" else 503)
 
 
 def refused_answer(
