@@ -328,10 +328,11 @@ async def test_typed_text_is_answered_and_errors_are_shown(
 def test_page_files_are_package_data() -> None:
     """The page and its worklet ship inside the package (no network, no build step)."""
     routes = {route.path for route in page_routes()}
-    assert routes == {"/", "/page.css", "/audio-worklet.js"}
+    assert routes == {"/", "/page.css", "/audio-worklet.js", "/favicon.svg", "/favicon.ico"}
     static = Path(__file__).parents[2] / "src" / "rejoinder" / "io" / "static"
-    for name in ("index.html", "page.css", "audio-worklet.js"):
-        text = (static / name).read_text()
+    for name in ("index.html", "page.css", "audio-worklet.js", "favicon.svg"):
+        # (an XML namespace is a name, not a download)
+        text = (static / name).read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "http://" not in text and "https://" not in text  # nothing from the network
 
 

@@ -2,7 +2,8 @@
 AudioWorklet module it loads.
 
 ``page_routes()`` gives the aiohttp routes that serve them: ``GET /`` (the page),
-``GET /page.css`` (its styles) and ``GET /audio-worklet.js`` (the processors it loads).
+``GET /page.css`` (its styles), ``GET /audio-worklet.js`` (the processors it loads) and
+its icon (``GET /favicon.svg``, and ``/favicon.ico``, which browsers ask for on their own).
 The page talks to ``GET /ws`` and ``POST /api/offer`` relative to its own URL, so an app
 that mounts these routes under a prefix serves a working page there too. Nothing is
 loaded from the network: no fonts, no CDN, no build step.
@@ -23,6 +24,8 @@ PAGE_FILES = {
     "/": ("index.html", "text/html"),
     "/page.css": ("page.css", "text/css"),
     "/audio-worklet.js": ("audio-worklet.js", "text/javascript"),
+    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+    "/favicon.ico": ("favicon.svg", "image/svg+xml"),
 }
 """Route path -> (file in this package, content type)."""
 

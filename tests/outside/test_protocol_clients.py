@@ -1,0 +1,247 @@
+"""``rejoinder dev`` as a separate process, driven by clients written from docs/protocol.md
+alone: the states a client sees, the close codes, and that nothing is left running.
+Real time, each test bounded to seconds.
+
+The agent file each test writes is scripted (an energy VAD, scripted recognizer, model
+and voice), so what is measured is the server's behaviour towards its client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from .._served import Server, server
+from ._protocol_client import ProtocolClient
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
+
+AGENT = """
+import rejoinder as rj
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+GREETING = {greeting!r}
+
+
+class Greeter(rj.Agent):
+    instructions = "test"
+
+    async def on_enter(self) -> None:
+        if GREETING:
+            self.session.say(GREETING)
+
+
+async def entrypoint(conn):
+    session = rj.AgentSession(
+        llm=ScriptedLLM(lambda _: ["Hello again, nice to hear you."]),
+        vad=ScriptedVAD(),
+        stt=ScriptedSTT(lambda _: "Hi there.", latency={recognizer_seconds!r}),
+        tts=ScriptedTTS(seconds_per_char=0.02),
+        user_away_timeout={away!r},
+        min_interruption_duration=0.3,
+    )
+    await conn.serve(session, Greeter())
+"""
+
+LONG = "This greeting goes on for a while, long enough to be talked over by the user."
+
+
+def agent_file(
+    tmp_path: Path,
+    *,
+    greeting: str = LONG,
+    recognizer_seconds: float = 0.0,
+    away: float | None = None,
+) -> Path:
+    path = tmp_path / "outside_agent.py"
+    source = AGENT.format(greeting=greeting, recognizer_seconds=recognizer_seconds, away=away)
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+async def connect(srv: Server, http: aiohttp.ClientSession, **options: Any) -> ProtocolClient:
+    ws = await http.ws_connect(f"{srv.base}/ws")
+    client = ProtocolClient(ws, **options)
+    await client.start()
+    return client
+
+
+async def sessions(srv: Server, http: aiohttp.ClientSession) -> int:
+    async with http.get(f"{srv.base}/healthz") as response:
+        return int((await response.json())["sessions"])
+
+
+async def no_sessions_left(srv: Server, http: aiohttp.ClientSession, within: float = 5.0) -> None:
+    """Polls the server's /healthz (another process: there is nothing to wait on here)."""
+    for _ in range(round(within / 0.05)):
+        if not (live := await sessions(srv, http)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{live} session(s) still live after {within} s")
+
+
+def dev(agent: Path) -> list[str]:
+    return ["dev", str(agent), "--no-reload"]
+
+
+# ------------------------------------------------------------ playback reports
+
+
+async def test_a_client_that_never_confirms_a_clear_still_hears_the_next_reply(
+    tmp_path: Path,
+) -> None:
+    async with server(dev(agent_file(tmp_path))) as srv, aiohttp.ClientSession() as http:
+        client = await connect(srv, http, confirms_clears=False)
+        try:
+            speaking = await client.wait_state("speaking")
+            await asyncio.sleep(0.5)
+            await client.speak(0.8)  # talks over the greeting
+            clear = await client.wait_for(lambda s: s.kind == "clear", within=3)
+            received_at_clear = client.received
+            await client.silence(0.6)
+            # The reply to "Hi there." is heard, then finishes: within seconds, not the
+            # reply watchdog's minutes.
+            second = await client.wait_state("speaking", after=clear.t, within=6)
+            done = await client.wait_state("listening", after=second.t, within=6)
+            assert client.received > received_at_clear
+            assert done.t - speaking.t < 10
+            assert client.first("error", code="playback_reports") is None
+        finally:
+            await client.close()
+        await no_sessions_left(srv, http)
+
+
+async def test_a_client_that_stops_reporting_played_is_not_left_speaking(
+    tmp_path: Path,
+) -> None:
+    greeting = "A short greeting of about two seconds of audio in all."
+    agent = agent_file(tmp_path, greeting=greeting)
+    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
+        client = await connect(srv, http)
+        try:
+            speaking = await client.wait_state("speaking")
+            client.stop_reporting()
+            # ~1.1 s of audio: 1.5 s after it would have played out, it counts as played.
+            warning = await client.wait_for(
+                lambda s: s.kind == "error" and s.data["code"] == "playback_reports", within=6
+            )
+            assert warning.data["source"] == "playback"
+            listening = await client.wait_state("listening", after=speaking.t, within=1)
+            assert listening.t - speaking.t < 4.5
+            assert client.states()[-1] == "listening"
+        finally:
+            await client.close()
+        await no_sessions_left(srv, http)
+
+
+# ------------------------------------------------------------- the user's turn
+
+
+async def test_a_user_whose_words_are_still_being_recognized_is_not_away(tmp_path: Path) -> None:
+    agent = agent_file(tmp_path, greeting="", recognizer_seconds=2.5, away=1.0)
+    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
+        client = await connect(srv, http)
+        try:
+            await client.wait_state("listening")
+            await client.speak(0.5)
+            spoke_until = time.monotonic()
+            room = asyncio.create_task(client.silence(6.0))  # the microphone goes on
+            words = await client.wait_for(
+                lambda s: s.kind == "transcript" and s.data["role"] == "user" and s.data["final"],
+                within=6,
+            )
+            away = client.first("user_state", state="away")
+            assert away is None or away.t > words.t, "away while the words were recognized"
+            assert words.t - spoke_until > 2.0  # the recognizer really was slow
+            await client.wait_state("thinking", after=words.t - 0.05, within=3)
+            room.cancel()
+        finally:
+            await client.close()
+        await no_sessions_left(srv, http)
+
+
+# ------------------------------------------------------------------- the start
+
+
+@pytest.mark.parametrize("greets", [True, False])
+async def test_the_first_state_after_initializing_is_the_truth(
+    tmp_path: Path, greets: bool
+) -> None:
+    agent = agent_file(tmp_path, greeting="Hello!" if greets else "")
+    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
+        client = await connect(srv, http)
+        try:
+            if greets:
+                await client.wait_state("listening", within=5)
+                assert client.states()[:4] == ["initializing", "thinking", "speaking", "listening"]
+            else:
+                await client.wait_state("listening", within=5)
+                await asyncio.sleep(0.3)
+                assert client.states() == ["initializing", "listening"]
+        finally:
+            await client.close()
+        await no_sessions_left(srv, http)
+
+
+# ------------------------------------------------------------------- leaving
+
+
+async def test_a_client_that_leaves_at_once_leaves_no_error_behind(tmp_path: Path) -> None:
+    agent = agent_file(tmp_path, greeting="Hello, and welcome!")
+    async with (
+        server(dev(agent), with_stderr=True) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        for _ in range(5):
+            ws = await http.ws_connect(f"{srv.base}/ws")
+            await ws.send_str('{"type": "start", "sample_rate": 16000}')
+            await ws.close()
+        await no_sessions_left(srv, http)
+        await asyncio.sleep(0.3)
+        logged = "\n".join(srv.lines)
+        assert "Traceback" not in logged
+        assert "ERROR" not in logged
+
+
+@pytest.mark.parametrize(
+    ("send", "code"),
+    [
+        ("not json", 1007),
+        (b"audio before start", 1003),
+        ('{"type": "start", "sample_rate": 3}', 1008),
+    ],
+)
+async def test_the_server_closes_with_the_documented_code_every_time(
+    tmp_path: Path, send: str | bytes, code: int
+) -> None:
+    async with server(dev(agent_file(tmp_path))) as srv, aiohttp.ClientSession() as http:
+        seen: list[int | None] = []
+        for _ in range(10):
+            ws = await http.ws_connect(f"{srv.base}/ws")
+            if isinstance(send, bytes):
+                await ws.send_bytes(send)
+            else:
+                await ws.send_str(send)
+            async with asyncio.timeout(5):
+                async for _msg in ws:
+                    pass
+            seen.append(ws.close_code)
+        assert seen == [code] * 10
+        await no_sessions_left(srv, http)
+
+
+async def test_the_page_has_a_favicon(tmp_path: Path) -> None:
+    async with (
+        server(dev(agent_file(tmp_path))) as srv,
+        aiohttp.ClientSession() as http,
+        http.get(f"{srv.base}/favicon.ico") as response,
+    ):
+        assert response.status == 200
+        assert response.content_type.startswith("image/")
+        assert len(await response.read()) > 0
