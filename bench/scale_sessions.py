@@ -1,6 +1,12 @@
 """Sessions per replica: voice latency of one server process as its sessions grow.
 
     python bench/scale_sessions.py [--sessions 1,2,3,4,6,8] [--questions 4] [--cycle 8]
+    python bench/scale_sessions.py --admission [--offer N]
+
+``--admission``: admission by load. One session alone first (the baseline), then, on a
+fresh server, ``--offer`` sessions (default: twice the capacity its /healthz advertises
+before any session) arriving over one cycle: how many were admitted and refused (HTTP
+503), and the admitted ones' latency against the baseline (target: p90 within 20 %).
 
 For each count N, a ``rejoinder serve`` process (one replica's worth: the offline demo
 agent of ``tests/scale/agent.py``: Silero VAD per session, one shared Whisper tiny.en and
@@ -65,7 +71,13 @@ async def _session(
 ) -> list[float]:
     await asyncio.sleep(offset)
     client = VoiceClient(url, name=str(index))
-    await client.open(http)
+    try:
+        await client.open(http)
+    except aiohttp.WSServerHandshakeError as exc:
+        if exc.status != 503:
+            raise
+        REFUSED.append(index)  # the server is full and says so
+        return []
     latencies = []
     try:
         start = time.perf_counter()
@@ -92,6 +104,9 @@ def _process_seconds(pid: int) -> float:
     return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
+REFUSED: list[int] = []
+"""Sessions refused with 503 (admission by load)."""
+
 OTHERS: dict[int, float] = {}
 """Per N: CPU seconds used by processes other than this one and its server (a busy
 machine makes the figures worse than the stack is)."""
@@ -117,14 +132,60 @@ async def measure(n: int, questions: int, cycle: float, port: int, spoken: list)
     return [latency for result in results for latency in result[1:]]  # first: warm-up
 
 
+async def _capacity(port: int) -> int:
+    server = await _start_server(port)
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/healthz") as response,
+        ):
+            return int((await response.json())["capacity"])
+    finally:
+        server.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(server.wait(), 60)
+
+
+def _p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
+async def admission(args: argparse.Namespace, spoken: list) -> None:
+    alone = await measure(1, args.questions, args.cycle, args.port, spoken)
+    capacity = await _capacity(args.port)
+    offer = args.offer or 2 * capacity
+    REFUSED.clear()
+    admitted = await measure(offer, args.questions, args.cycle, args.port, spoken)
+    row = {
+        "bench": "scale_admission",
+        "cpus": os.cpu_count(),
+        "advertised_capacity": capacity,
+        "offered": offer,
+        "refused": len(REFUSED),
+        "admitted": offer - len(REFUSED),
+        "alone_median_s": round(statistics.median(alone), 3),
+        "alone_p90_s": round(_p90(alone), 3),
+        "admitted_median_s": round(statistics.median(admitted), 3),
+        "admitted_p90_s": round(_p90(admitted), 3),
+        "p90_vs_alone": round(_p90(admitted) / _p90(alone) - 1.0, 3),
+        "other_processes_cpus": round(OTHERS.get(offer, 0.0), 2),
+    }
+    print(json.dumps(row, separators=(",", ":")))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", default="1,2,3,4,6,8")
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--cycle", type=float, default=8.0)
     parser.add_argument("--port", type=int, default=8790)
+    parser.add_argument("--admission", action="store_true")
+    parser.add_argument("--offer", type=int, default=0)
     args = parser.parse_args()
     spoken = await question_clips()
+    if args.admission:
+        await admission(args, spoken)
+        return
     rows = []
     for n in (int(x) for x in args.sessions.split(",")):
         latencies = sorted(await measure(n, args.questions, args.cycle, args.port, spoken))

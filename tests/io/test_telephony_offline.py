@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import re
-import threading
 import time
 import wave
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 import rejoinder as rj
-from rejoinder.discover import load_entrypoint
+from rejoinder.discover import load_agent_file
 from rejoinder.io import Connection, create_app
 from rejoinder.models.audio import AudioFrame
 from rejoinder.testing import FakePhoneCall
@@ -50,7 +49,10 @@ def words(text: str) -> set[str]:
 
 async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
     began = time.perf_counter()
-    demo = load_entrypoint(EXAMPLE)
+    loaded = load_agent_file(EXAMPLE)
+    demo = loaded.entrypoint
+    # as rejoinder dev/serve do before taking calls: the shared Whisper and Piper load
+    await asyncio.wait_for(loaded.run_prewarm(), LOAD_TIMEOUT)
     tts, listener = PiperTTS(), WhisperSTT()
     await asyncio.wait_for(asyncio.gather(tts.load(), listener.load()), LOAD_TIMEOUT)
     question = np.concatenate([f.data async for f in tts.synthesize(ASK)])  # type: ignore[misc]
@@ -92,12 +94,6 @@ async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
             await call.hang_up()
     finally:
         await server.close()
-        # The example loads its models in a background thread at import; let it finish
-        # here, or it goes on loading (and initialising eSpeak NG, which Piper shares)
-        # under the tests that run next.
-        for thread in threading.enumerate():
-            if thread.name == "load-speech-models":
-                await asyncio.to_thread(thread.join, LOAD_TIMEOUT)
     print(f"\nphone call to the demo agent: {time.perf_counter() - began:.1f} s")
 
     users = [i.content for i in session.history.items if _is(i, "user")]

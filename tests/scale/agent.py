@@ -1,7 +1,8 @@
 """The demo agent (``examples/voice_agent.py``) as the scale tests deploy it.
 
-The same offline stack, with two differences: the speech models are loaded before the
-file finishes loading (so a replica is ready only once it can answer), and every session
+The same offline stack, with two differences: the speech models are loaded by the demo's
+``prewarm`` before the process takes sessions (so a replica is ready only once it can
+answer), and every session
 appends a line to ``$REJOINDER_SCALE_LOG`` saying which client (``?client=``) landed on
 which process and Ray node.
 """
@@ -12,7 +13,6 @@ import importlib.util
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 from rejoinder.io import Connection
@@ -23,9 +23,9 @@ assert _spec is not None and _spec.loader is not None
 voice_agent = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(voice_agent)
 
-for _thread in threading.enumerate():  # the demo loads Whisper and Piper in the background
-    if _thread.name == "load-speech-models":
-        _thread.join()
+# The demo's prewarm loads Whisper and Piper: rejoinder serve (and each Ray replica) runs
+# it before taking sessions.
+prewarm = voice_agent.prewarm
 
 
 def _node() -> str:

@@ -222,12 +222,14 @@ class RejoinderReplica:
     async def __serve_build_asgi_app__(self) -> Any:
         """Called by Serve once the replica is constructed; the replica is ready (gets
         requests) only after this returns, so loading the agent file (and whatever it
-        loads at import) counts towards it."""
-        from ..discover import load_entrypoint
+        loads at import, and its ``prewarm``) counts towards it."""
+        from ..discover import load_agent_file
         from ..io.asgi import create_asgi_app
 
         options = self.rejoinder_options
-        entrypoint = await asyncio.to_thread(load_entrypoint, options.path)
+        loaded = await asyncio.to_thread(load_agent_file, options.path)
+        await loaded.run_prewarm()
+        entrypoint = loaded.entrypoint
         self.rejoinder_labels = _replica_labels()
         self.rejoinder_app = create_asgi_app(
             entrypoint,
