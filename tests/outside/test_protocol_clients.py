@@ -9,6 +9,8 @@ and voice), so what is measured is the server's behaviour towards its client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -202,7 +204,8 @@ async def test_a_client_that_leaves_at_once_leaves_no_error_behind(tmp_path: Pat
             ws = await http.ws_connect(f"{srv.base}/ws")
             await ws.send_str('{"type": "start", "sample_rate": 16000}')
             await ws.close()
-        await no_sessions_left(srv, http)
+            # one after another (five at once would be a burst the server may refuse)
+            await no_sessions_left(srv, http)
         await asyncio.sleep(0.3)
         logged = "\n".join(srv.lines)
         assert "Traceback" not in logged
@@ -245,3 +248,53 @@ async def test_the_page_has_a_favicon(tmp_path: Path) -> None:
         assert response.status == 200
         assert response.content_type.startswith("image/")
         assert len(await response.read()) > 0
+
+
+# ------------------------------------------------------------------- a full phone line
+
+
+async def test_calls_over_capacity_are_rejected_busy_and_the_rest_are_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N + 2 fake phone calls on a process sized for N: N are answered and greeted, the
+    other two get <Reject reason="busy"/> (and a media stream opened anyway gets 503),
+    and once the callers hang up the line takes calls again."""
+    from rejoinder.testing import FakePhoneCall
+
+    monkeypatch.delenv("TWILIO_AUTH_TOKEN", raising=False)
+    agent = agent_file(tmp_path, greeting="Hello caller.")
+    argv = [*dev(agent), "--telephony", "twilio", "--max-sessions", "2"]
+    async with server(argv) as srv, aiohttp.ClientSession() as http:
+
+        async def webhook(sid: str) -> str:
+            form = {"CallSid": sid, "From": "+15550001", "To": "+15550002"}
+            async with http.post(f"{srv.base}/twilio/twiml", data=form) as answer:
+                assert answer.status == 200
+                return await answer.text()
+
+        async with contextlib.AsyncExitStack() as lines:
+            calls = []
+            for sid in ("CA1", "CA2"):
+                twiml = await webhook(sid)
+                stream = re.search(r'<Stream url="([^"]+)"', twiml)
+                assert stream is not None, twiml
+                calls.append(
+                    await lines.enter_async_context(
+                        FakePhoneCall.connect(stream.group(1), call_sid=sid)
+                    )
+                )
+            for call in calls:
+                await call.until(lambda c=call: c.heard_seconds() >= 0.12, 10)
+            for sid in ("CA3", "CA4"):
+                twiml = await webhook(sid)
+                assert '<Reject reason="busy"' in twiml, twiml
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(f"{srv.base}/twilio")
+            assert refused.value.status == 503
+            async with http.get(f"{srv.base}/healthz") as response:
+                assert response.status == 503
+                assert (await response.json())["status"] == "full"
+            for call in calls:
+                await call.hang_up()
+        await no_sessions_left(srv, http)
+        assert "<Stream" in await webhook("CA5")
