@@ -15,16 +15,12 @@ import pytest
 import rejoinder as rj
 from rejoinder.models.audio import AudioFrame
 from rejoinder.testing import (
-    MemoryAudioInput,
-    MemoryAudioOutput,
-    ScriptedLLM,
     ScriptedSTT,
-    ScriptedTTS,
-    ScriptedVAD,
-    StateTimeline,
     now,
     speech_frame,
 )
+
+from ._mic_session import Call
 
 AGENT_STATES = ["initializing", "listening", "thinking", "speaking", "listening"]
 
@@ -42,37 +38,6 @@ class SlowSTT(rj.STT):
         self.calls.append((now(), seconds))
         await asyncio.sleep(self.latency)
         return f"Heard {seconds:.2f} seconds."
-
-
-class Call:
-    def __init__(self, stt: rj.STT, *, min_silence: float, **options: Any) -> None:
-        self.llm = ScriptedLLM([["Answer."], ["Again."]])
-        self.mic = MemoryAudioInput(16000)
-        self.session: rj.AgentSession[Any] = rj.AgentSession(
-            llm=self.llm,
-            stt=stt,
-            tts=ScriptedTTS(),
-            vad=ScriptedVAD(min_silence=min_silence),
-            user_away_timeout=None,
-            **options,
-        )
-        self.session.input.audio = self.mic
-        self.session.output.audio = MemoryAudioOutput(24000)
-        self.timeline = StateTimeline(self.session)
-
-    async def __aenter__(self) -> Call:
-        await self.session.start(rj.Agent(instructions="voice"))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.session.aclose()
-
-    async def speak(self, seconds: float) -> None:
-        for _ in range(round(seconds / 0.02)):
-            await self.mic.push(speech_frame(0.02))
-
-    def user_turns(self) -> list[str]:
-        return [m.content for m in self.session.history.messages() if m.role == "user"]
 
 
 async def test_the_delay_counts_from_the_end_of_speech() -> None:

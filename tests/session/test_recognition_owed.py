@@ -10,54 +10,18 @@ from typing import Any
 import pytest
 
 import rejoinder as rj
-from rejoinder.testing import (
-    MemoryAudioInput,
-    MemoryAudioOutput,
-    ScriptedLLM,
-    ScriptedSTT,
-    ScriptedTTS,
-    ScriptedVAD,
-    StateTimeline,
-    speech_frame,
-)
+from rejoinder.testing import ScriptedSTT
 
-SILENCE = 0.3  # ScriptedVAD's default min_silence
+from ._mic_session import Call
 
-
-class Call:
-    def __init__(self, stt: rj.STT, **options: Any) -> None:
-        self.mic = MemoryAudioInput(16000)
-        self.session: rj.AgentSession[Any] = rj.AgentSession(
-            llm=ScriptedLLM(lambda _: ["Answer."]),
-            stt=stt,
-            tts=ScriptedTTS(),
-            vad=ScriptedVAD(),
-            **options,
-        )
-        self.session.input.audio = self.mic
-        self.session.output.audio = MemoryAudioOutput(24000)
-        self.timeline = StateTimeline(self.session)
-        self.errors: list[rj.ErrorEvent] = []
-        self.session.on("error", self.errors.append)
-
-    async def __aenter__(self) -> Call:
-        await self.session.start(rj.Agent(instructions="voice"))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.session.aclose()
-
-    async def speak(self, seconds: float) -> None:
-        for _ in range(round(seconds / 0.02)):
-            await self.mic.push(speech_frame(0.02))
-
-    def user_turns(self) -> list[str]:
-        return [m.content for m in self.session.history.messages() if m.role == "user"]
+SILENCE = 0.3  # the VAD's min_silence
 
 
 async def test_a_slow_recognizer_does_not_make_the_user_away() -> None:
     # The case: a 10 s recognizer, a 5 s away timeout.
-    async with Call(ScriptedSTT(["Hello there."], latency=10.0), user_away_timeout=5.0) as c:
+    async with Call(
+        ScriptedSTT(["Hello there."], latency=10.0), min_silence=SILENCE, user_away_timeout=5.0
+    ) as c:
         await c.speak(1.0)
         await c.mic.push_silence(9.0)  # 10 s in: still recognizing
         assert c.session.user_state == "listening"
@@ -70,7 +34,7 @@ async def test_a_slow_recognizer_does_not_make_the_user_away() -> None:
 
 async def test_a_recognizer_over_its_watchdog_is_stopped_with_an_error() -> None:
     stt = ScriptedSTT(["Too late."], latency=60.0)
-    async with Call(stt, user_away_timeout=None, obligation_timeouts={"recognition": 20}) as c:
+    async with Call(stt, min_silence=SILENCE, obligation_timeouts={"recognition": 20}) as c:
         await c.speak(1.0)
         await c.mic.push_silence(1.0 + 20.0)
         [error] = c.errors
@@ -93,7 +57,7 @@ async def test_the_next_utterance_is_heard_after_a_dropped_one() -> None:
             return await super().transcribe(frames)
 
     stt = OnceSlow(["Second try."])  # the stopped recognition never took its transcript
-    async with Call(stt, user_away_timeout=None, obligation_timeouts={"recognition": 5}) as c:
+    async with Call(stt, min_silence=SILENCE, obligation_timeouts={"recognition": 5}) as c:
         await c.speak(1.0)
         await c.mic.push_silence(6.0)
         assert len(c.errors) == 1
@@ -104,7 +68,9 @@ async def test_the_next_utterance_is_heard_after_a_dropped_one() -> None:
 
 @pytest.mark.parametrize("seconds", [0.0, 2.0])
 async def test_away_counts_from_when_the_words_are_in(seconds: float) -> None:
-    async with Call(ScriptedSTT([""], latency=seconds), user_away_timeout=3.0) as c:
+    async with Call(
+        ScriptedSTT([""], latency=seconds), min_silence=SILENCE, user_away_timeout=3.0
+    ) as c:
         await c.speak(0.5)  # a sound the recognizer finds no words in
         await c.mic.push_silence(SILENCE + seconds + 3.0 - 0.05)
         assert c.session.user_state == "listening"
