@@ -274,6 +274,7 @@ class ReportedPlayback(AudioOutput):
         """A report was taken: the client's own count leads again."""
         if self._estimate is not None:
             self._estimate = None
+            self._cancel_stall()  # the pacing timer
             logger.info("the client reports playback again: its reports lead")
         position = self._position()
         if position is not None:
@@ -281,23 +282,35 @@ class ReportedPlayback(AudioOutput):
         self._advance()
         self._watch_stall()
 
-    def _watch_stall(self) -> None:
-        """(Re)arm the check for a client that stopped reporting, while audio is
-        outstanding: due ``stall_grace`` after it would have played out."""
-        self._cancel_stall()
-        if self.stall_grace is None:
-            return
-        if not self._segments or self._closed or self._estimate is not None:
-            return
-        assert self.sample_rate is not None
+    def _stall_due(self) -> float:
+        """When a client silent since the last report counts as stalled: ``stall_grace``
+        after the audio outstanding then would have played out."""
+        assert self.sample_rate is not None and self.stall_grace is not None
         anchored_at, anchored = self._anchor
         ends = anchored_at + max(0, self._sent - anchored) / self.sample_rate
-        due = max(ends, self._last_capture) + self.stall_grace
+        return max(ends, self._last_capture) + self.stall_grace
+
+    def _watch_stall(self) -> None:
+        """Arm the check for a client that stopped reporting, while audio is outstanding.
+        Mostly the due time moves later (more audio sent), and then the armed timer is
+        kept: it checks again when it fires, instead of being re-armed on every frame."""
+        if self.stall_grace is None or self._estimate is not None:
+            return
+        if not self._segments or self._closed:
+            return
+        due = self._stall_due()
+        if self._stall_timer is not None:
+            if self._stall_timer.when() <= due:
+                return
+            self._stall_timer.cancel()
         self._stall_timer = asyncio.get_running_loop().call_at(due, self._stalled)
 
     def _stalled(self) -> None:
         self._stall_timer = None
-        if not self._segments or self._closed:
+        if not self._segments or self._closed or self._estimate is not None:
+            return
+        if _now() < self._stall_due():
+            self._watch_stall()  # heard from since it was armed: not yet
             return
         why = (
             "no `cleared: true` report and no `played` report after a clear"
