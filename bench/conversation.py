@@ -2,7 +2,8 @@
 in its own server process, talked to over ``/ws`` by a real-time client.
 
     python bench/conversation.py [--half tuning|held-out|both] [--conditions wideband,phone]
-        [--voices piper-joe,flite-awb] [--limit N] [--noise-voices 2] [--port P] [--json F]
+        [--voices piper-joe,flite-awb] [--limit N] [--kinds interrupt,backchannel]
+        [--noise-voices 2] [--port P] [--json F]
 
 The panel (``bench/panel/``) has a tuning half and a held-out half, with different
 sentences and different voices (nobody may tune defaults on the held-out half). Each
@@ -46,7 +47,7 @@ from _conversation_client import Client
 from _conversation_reply import REPLY
 from _conversation_run import GAP, LISTEN_AFTER, Server, Spoken, run_item, settle
 from panel import HALVES, Half, Item, Voice
-from panel.panel import BARGE_IN_KINDS
+from panel.panel import BARGE_IN_KINDS, KINDS
 
 CONDITIONS = ("wideband", "phone", "noise-babble", "noise-white", "noise-pink")
 SNR_DB = 10.0
@@ -74,11 +75,14 @@ def voices_of(half: Half, wanted: set[str] | None) -> list[Voice]:
 
 
 async def plan(
-    half: Half, voices: list[Voice], limit: int | None
+    half: Half, voices: list[Voice], limit: int | None, kinds: set[str] | None = None
 ) -> tuple[list[audio.Clip], audio.Clip]:
-    """The half's clips (who says what) and the warm-up request."""
+    """The half's clips (who says what: ``kinds`` only picks among them, so each item
+    keeps its voice) and the warm-up request."""
     clips = [
-        await audio.build_clip(item, voice) for item, voice in audio.assign(half, voices, limit)
+        await audio.build_clip(item, voice)
+        for item, voice in audio.assign(half, voices, limit)
+        if kinds is None or item.kind in kinds
     ]
     # The warm-up says one of the half's lead requests (they are never measured).
     warm = await audio.build_clip(Item("warm-up", "command", (half.items[-1].lead,)), voices[0])
@@ -227,6 +231,7 @@ async def build_work(
     noise_voices: int,
     reply_s: float,
     say: Callable[[str], None],
+    kinds: set[str] | None = None,
 ) -> tuple[list[Work], float]:
     """Every run (one connection per half and condition) and the estimated seconds."""
     work: list[Work] = []
@@ -235,7 +240,7 @@ async def build_work(
         voices = voices_of(half, wanted)
         if not voices:
             continue
-        clips, warm = await plan(half, voices, limit)
+        clips, warm = await plan(half, voices, limit, kinds)
         sources = [c.lead for c in clips if c.lead is not None]
         noisy = {v.id for v in voices[:noise_voices]}
         for condition in conditions:
@@ -257,8 +262,12 @@ async def bench(args: argparse.Namespace) -> tuple[list[fig.Outcome], dict[str, 
             raise SystemExit(f"unknown condition {c!r} (one of {', '.join(CONDITIONS)})")
     log("synthesizing the panel (cached under bench/.cache/conversation/) ...")
     reply_s = (await audio.speak(Voice("piper-joe", "piper", ""), REPLY)).size / audio.RATE
+    kinds = set(args.kinds.split(",")) if args.kinds else None
+    for kind in kinds or ():
+        if kind not in KINDS:
+            raise SystemExit(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
     work, estimate = await build_work(
-        halves, wanted, conditions, args.limit, args.noise_voices, reply_s, log
+        halves, wanted, conditions, args.limit, args.noise_voices, reply_s, log, kinds
     )
     _, full = await build_work(
         list(HALVES.values()), None, list(CONDITIONS), None, 2, reply_s, lambda _: None
@@ -308,6 +317,9 @@ def main() -> None:
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
     parser.add_argument("--voices", help="voice ids, comma-separated (default: all installed)")
     parser.add_argument("--limit", type=int, help="utterances per voice")
+    parser.add_argument(
+        "--kinds", help=f"only these kinds of utterance, comma-separated ({', '.join(KINDS)})"
+    )
     parser.add_argument(
         "--noise-voices", type=int, default=2, help="voices per half that run in noise"
     )

@@ -1,12 +1,14 @@
 """Randomized: speech over the agent judged by an ``InterruptionDetector``, with random
 onset verdicts (interrupt, undecided, a failure), judging delays, speech lengths, words
-(and how sure the recognizer was of them) and moments in the reply. Against a model of
-the rule, on virtual time:
+(and how sure the recognizer was of them), moments in the reply, and with or without a
+recognizer that does not stream judging the words so far (``interim_from``, passes of
+random latency). Against a model of the rule, on virtual time:
 
 * the reply never pauses (a backchannel must not stop it even for a moment);
 * it is interrupted exactly when the rule says: an onset ``INTERRUPT`` that lands while
   it plays, speech past ``max_undecided_seconds``, or words that are no backchannel and
-  that the recognizer was not unsure of throughout;
+  that the recognizer was not unsure of throughout; and at the first of these, or when a
+  pass over the words so far that the recognizer is sure of returns while the user speaks;
 * otherwise nothing changes: the agent only ever speaks until the reply ends, and no
   user turn is added; when interrupted, the user's words (if any) are the next turn;
 * nothing is left: the session closes with no obligation open.
@@ -23,7 +25,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.models.interruption import UNSURE_WORDS
+from rejoinder.models.interruption import INTERIM_SURE, UNSURE_WORDS
 from rejoinder.testing import (
     MemoryAudioInput,
     MemoryAudioOutput,
@@ -36,15 +38,19 @@ from rejoinder.testing import (
     speech_frame,
 )
 
+from ._batch_stt import BatchSTT
+
 REPLY = "This is a long answer that goes on and on for quite a while, and then some more."
 WORDS = ["Uh-huh.", "Yeah, I see.", "", "(coughs)", "No, Wednesday.", "Wait, stop."]
 VERDICTS = [rj.Interruption.INTERRUPT, rj.Interruption.UNDECIDED, RuntimeError("broke")]
 MIN_SPEECH = 0.06  # ScriptedVAD's
+MIN_SILENCE = 0.3  # ScriptedVAD's: the utterance ends this long after the speech
+INTERIM_FROM = 0.3
 STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
 
 
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -56,6 +62,7 @@ STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
     said=st.sampled_from(WORDS),
     into_reply=st.sampled_from([0.2, 1.0, 2.5]),
     confidence=st.sampled_from([None, 0.05, 0.22, 0.6]),
+    pass_latency=st.sampled_from([None, 0.0, 0.05, 0.15]),  # None: a streaming recognizer
 )
 def test_speech_over_the_agent_is_judged_by_the_rule(
     verdict: rj.Interruption | Exception,
@@ -64,6 +71,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
     said: str,
     into_reply: float,
     confidence: float | None,
+    pass_latency: float | None,
 ) -> None:
     speech = speech_steps * STEP
     assume(abs(speech - 1.0) > STEP)  # at max_undecided_seconds itself it is a race
@@ -73,17 +81,36 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
     made_up = bool(said) and confidence is not None and confidence < UNSURE_WORDS
     words_decide = not rj.is_backchannel(said) and not made_up
     interrupted = onset_decides or speech >= max_undecided + STEP / 2 or words_decide
+    # Passes over the words so far: the first at INTERIM_FROM, judged if it returns
+    # before the VAD ends the utterance; one that is sure of words that are no
+    # backchannel stops the agent then (the same words end the utterance: no new outcome).
+    sure = bool(said) and (confidence is None or confidence >= INTERIM_SURE)
+    so_far_at: float | None = None
+    if pass_latency is not None and sure and not rj.is_backchannel(said):
+        returns, ends = INTERIM_FROM + pass_latency, speech + MIN_SILENCE
+        assume(abs(returns - ends) > STEP)
+        so_far_at = returns if returns < ends else None
+    stops_at = [so_far_at] if so_far_at is not None else []
+    if onset_decides:
+        stops_at.append(onset_seconds + delay)
+    if speech >= max_undecided + STEP / 2:
+        stops_at.append(max_undecided)
 
     async def scenario() -> None:
         detector = ScriptedInterruptionDetector(
             [verdict], delay=delay, onset_seconds=onset_seconds,
             max_undecided_seconds=max_undecided,
+            interim_from=None if pass_latency is None else INTERIM_FROM,
         )  # fmt: skip
+        words = ["Hello?", rj.Transcript(said, confidence=confidence)]
+        stt: rj.STT = (
+            ScriptedSTT(words) if pass_latency is None else BatchSTT(words, latency=pass_latency)
+        )
         mic = MemoryAudioInput(16000)
         speaker = MemoryAudioOutput(24000)
         session: rj.AgentSession[Any] = rj.AgentSession(
             llm=ScriptedLLM([[REPLY], ["Sure."]]),
-            stt=ScriptedSTT(["Hello?", rj.Transcript(said, confidence=confidence)]),
+            stt=stt,
             tts=ScriptedTTS(),
             vad=ScriptedVAD(),
             user_away_timeout=None,
@@ -112,11 +139,12 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
             assert users == ["Hello?"]
         else:
             assert users == (["Hello?", said] if said else ["Hello?"])
-            if onset_decides and delay == 0.0:
-                # stopped at the onset verdict: 0.2 s after the onset
+            if stops_at:
+                # stopped at the first decision (counted from the onset, t_user); the
+                # reply was audible from 1.4 s
                 assert speaker.segments[0] == pytest.approx(
-                    1.0 + 0.5 + into_reply - 1.4 + onset_seconds, abs=STEP
-                )
+                    t_user - 1.4 + min(stops_at), abs=1.5 * STEP
+                ), (stops_at, pass_latency)
         await session.aclose()
         assert session._turn_state.owed() == []  # type: ignore[union-attr]
 

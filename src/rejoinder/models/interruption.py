@@ -7,12 +7,14 @@ laughter — and they also interrupt ("wait, stop", "no, Wednesday"), and then e
 agent to stop at once. A rule on duration alone (``min_interruption_duration``) makes the
 agent talk over a real interruption for half a second, and still stops for a long "okay".
 
-The detector is asked twice at most, while the agent keeps talking:
+The detector is asked, while the agent keeps talking:
 
 1. ``at_onset``: with the first ``onset_seconds`` of the user's audio. ``INTERRUPT``
    stops the agent now (at the listener: the transport clears its queue);
    ``IGNORE`` (plainly a noise) and ``UNDECIDED`` let it talk on.
-2. ``after_transcript``: with the recognizer's transcript of the user's utterance, if it
+2. ``while_speaking`` (when ``interim_from`` is set): with the words so far, while the
+   user goes on speaking: ``INTERRUPT`` stops the agent then; anything else waits on.
+3. ``after_transcript``: with the recognizer's transcript of the user's utterance, if it
    ended before ``max_undecided_seconds`` of speech: words the recognizer was unsure of
    throughout are a sound it made words of, anything else goes to ``after_words``
    (``is_backchannel`` by default). ``IGNORE`` drops the utterance —
@@ -39,9 +41,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKCHANNELS",
+    "FLOOR_WORDS",
+    "INTERIM_SURE",
     "UNSURE_WORDS",
     "Interruption",
     "InterruptionDetector",
+    "claims_floor",
     "is_backchannel",
 ]
 
@@ -52,6 +57,15 @@ spoken over the agent, is a sound it made words of. Whisper tiny.en wrote "here.
 conversation benchmark's tuning voices (16 kHz and phone band) averaged 0.27 and over, but
 a held-out voice's "hang on" came out "Hanyong." at 0.22, so the bar stays well below them:
 an interruption talked through is worse than a laugh that stops the agent."""
+
+
+INTERIM_SURE = 0.5
+"""Words so far of an utterance still being spoken over the agent interrupt only when the
+recognizer gives them at least this probability on average. A pass over the first few
+hundred milliseconds makes words of a hum more often than the whole utterance does
+(Whisper tiny.en wrote "And I'm." for the start of an "mm-hmm" at 0.43, "Oh look." for an
+"oh okay" at 0.48); the real interruptions the onset model took for feedback came out
+"Hold on.", "Sorry.", "No." at 0.6-0.9 (the conversation benchmark's tuning voices)."""
 
 
 class Interruption(enum.Enum):
@@ -96,6 +110,19 @@ _STRAY = frozenset({"the", "an", "of", "to", "in", "on", "at", "for"})
 _CUT_OFF = re.compile(r"\b[a-z]+-(?![a-z])")
 
 
+FLOOR_WORDS = frozenset(
+    {"stop", "wait", "hold", "hang", "no", "sorry", "excuse", "pardon", "listen"}
+)
+"""Words with which a listener takes the floor ("stop", "wait", "hold on", "no", "sorry",
+"excuse me"): said over the agent they mean "stop", however unsure the recognizer is."""
+
+
+def claims_floor(transcript: str) -> bool:
+    """Whether the words include one with which a listener takes the floor
+    (``FLOOR_WORDS``): "Stop.", "No, Wednesday.", "Hang on." — not "Uh-huh."."""
+    return any(word in FLOOR_WORDS for word in _WORD.findall(transcript.lower()))
+
+
 def is_backchannel(transcript: str) -> bool:
     """Whether the words are only a listener's feedback, a sound or nothing: "Uh-huh.",
     "Yeah, yeah.", "Oh, I see.", "(coughs)", "Ha ha.", "" — not "Yeah, but wait"."""
@@ -123,12 +150,35 @@ class InterruptionDetector(ABC):
     max_undecided_seconds: float = 1.0
     """Speech over the agent that lasts this long interrupts, whatever was decided."""
 
+    interim_from: float | None = None
+    """From this many seconds after the onset on, while the user still speaks and nothing
+    is decided, the words so far are judged by ``while_speaking``: a streaming
+    recognizer's interim transcripts as they come, otherwise a pass over the utterance
+    so far, repeated (one at a time, at most every ``interim_every`` seconds) until it is
+    decided or the user stops. ``None``: only the whole utterance's words are judged."""
+
+    interim_every: float = 0.1
+    """The shortest time between two passes over the words so far (see ``interim_from``)."""
+
     @abstractmethod
     async def at_onset(self, frames: Sequence[AudioFrame]) -> Interruption:
         """Judge the start of the user's speech over the agent (the audio from
         ``lead_seconds`` before the VAD's estimate of the onset to ``onset_seconds``
         after it; the estimate may be up to about 0.2 s late or 0.1 s early).
         Must be quick: the agent is still talking. Slow work belongs off the loop."""
+
+    def while_speaking(self, transcript: Transcript) -> Interruption:
+        """Judge the words so far of an utterance the user is still speaking over the
+        agent: ``INTERRUPT`` when the recognizer is sure enough of them (``INTERIM_SURE``;
+        a recognizer that does not say is taken at its word) and they are no backchannel;
+        otherwise ``UNDECIDED`` (never ``IGNORE``: "yeah" may go on "... but wait")."""
+        text = transcript.text
+        confidence = transcript.confidence
+        if not text.strip() or (confidence is not None and confidence < INTERIM_SURE):
+            return Interruption.UNDECIDED
+        if self.after_words(text) is Interruption.INTERRUPT:
+            return Interruption.INTERRUPT
+        return Interruption.UNDECIDED
 
     def after_transcript(self, transcript: Transcript) -> Interruption:
         """Judge the user's whole utterance, spoken over the agent, by what the

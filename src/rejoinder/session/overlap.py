@@ -8,6 +8,11 @@ from three places, whichever is first:
 
 * the detector's ``at_onset`` verdict on the first ``onset_seconds`` of the user's audio
   (a real interruption stops here, a few hundred milliseconds after the onset);
+* the words so far, while the user still speaks (``while_speaking``, from the detector's
+  ``interim_from`` on): the recognizer's interim transcripts when it streams, otherwise a
+  pass over the utterance so far, again and again (one at a time) until it is decided;
+  an onset the detector took for feedback ("hold on", "sorry" sound like "uh-huh" at
+  first) stops the agent when its first words are heard, not when the utterance ends;
 * the recognizer's transcript, when the utterance ends (``words``): a backchannel or a
   sound (words the recognizer was unsure of throughout) is dropped as if never said;
   anything else interrupts and is the user's turn;
@@ -21,14 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..models.interruption import Interruption, InterruptionDetector
+from ..models.stt import Transcript
 
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
-    from ..models.stt import Transcript
     from .context import SessionContext
     from .speech import SpeechHandle
 
@@ -46,7 +51,10 @@ class Overlap:
         audio: Callable[[], Sequence[AudioFrame]],
         speech_seconds: Callable[[], float],
         interrupt: Callable[[SpeechHandle], None],
+        recognize: Callable[[Sequence[AudioFrame]], Awaitable[Transcript]] | None = None,
     ) -> None:
+        """``recognize``: transcribes the utterance so far, for a recognizer that does
+        not stream (``None``: its interim transcripts come through ``interim``)."""
         self._ctx = ctx
         self._detector = detector
         self.speech = speech
@@ -64,6 +72,14 @@ class Overlap:
         self._long_timer: asyncio.TimerHandle | None = loop.call_at(
             max(loop.time(), onset_at + detector.max_undecided_seconds), self._long_due
         )
+        self._recognize = recognize
+        self._interim_timer: asyncio.TimerHandle | None = None
+        self._interim_pass: asyncio.Task[None] | None = None
+        self._latest_interim = ""  # a streaming recognizer's, before interim_from
+        if detector.interim_from is not None:
+            self._interim_timer = loop.call_at(
+                max(loop.time(), onset_at + detector.interim_from), self._interim_due
+            )
         ctx.state.note("overlap", event="started", speech_id=speech.id)
 
     @property
@@ -115,6 +131,53 @@ class Overlap:
             return
         self._decide(Interruption.INTERRUPT, "long")
 
+    # -------------------------------------------------- words while speaking
+
+    @property
+    def _listening_for_words(self) -> bool:
+        return not self.decided and self._speaking and self.relevant
+
+    def _interim_due(self) -> None:
+        self._interim_timer = None
+        if not self._listening_for_words:
+            return
+        if self._recognize is None:  # streaming: judge what it heard so far
+            if self._latest_interim:
+                self._judge_words_so_far(Transcript(self._latest_interim))
+            return
+        self._interim_pass = self._ctx.spawn(self._recognize_so_far())
+
+    async def _recognize_so_far(self) -> None:
+        assert self._recognize is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            transcript = await self._recognize(list(self._audio()))
+        except Exception as exc:  # the whole utterance's words still decide
+            logger.warning("recognizing the words over the agent failed: %s", exc)
+            return
+        finally:
+            self._interim_pass = None
+        if not self._listening_for_words:
+            return
+        self._judge_words_so_far(transcript)
+        if not self.decided:  # the next pass: one at a time, at most every interim_every
+            at = max(loop.time(), started + self._detector.interim_every)
+            self._interim_timer = loop.call_at(at, self._interim_due)
+
+    def interim(self, text: str) -> None:
+        """A streaming recognizer's words so far of the utterance."""
+        if not self._listening_for_words or not text.strip():
+            return
+        self._latest_interim = text
+        if self._interim_timer is None and self._detector.interim_from is not None:
+            self._judge_words_so_far(Transcript(text))  # interim_from has passed
+
+    def _judge_words_so_far(self, transcript: Transcript) -> None:
+        if self._detector.while_speaking(transcript) is Interruption.INTERRUPT:
+            self._ctx.state.note("overlap", event="heard", text=transcript.text)
+            self._decide(Interruption.INTERRUPT, "interim")
+
     def speech_ended(self) -> None:
         self._speaking = False
         if self._long_timer is not None:
@@ -135,12 +198,15 @@ class Overlap:
 
     def cancel(self) -> None:
         self._cancel_timers()
+        if self._interim_pass is not None:
+            self._interim_pass.cancel()
+            self._interim_pass = None
 
     def _cancel_timers(self) -> None:
-        for timer in (self._onset_timer, self._long_timer):
+        for timer in (self._onset_timer, self._long_timer, self._interim_timer):
             if timer is not None:
                 timer.cancel()
-        self._onset_timer = self._long_timer = None
+        self._onset_timer = self._long_timer = self._interim_timer = None
 
 
 def _since(frames: Sequence[AudioFrame], start: float) -> list[AudioFrame]:

@@ -243,6 +243,7 @@ class UserTurns:
                     audio=lambda: self._utterance,
                     speech_seconds=lambda: self._vad.speech_seconds,
                     interrupt=self._interrupt,
+                    recognize=None if self._streaming else self._stt.transcribe,
                 )
             return  # the detector decides; nothing pauses meanwhile
         audio = self._ctx.output.audio
@@ -353,6 +354,8 @@ class UserTurns:
         self._ctx.events.emit(
             "user_input_transcribed", UserInputTranscribedEvent(text, is_final=False)
         )
+        if self._overlap is not None:
+            self._overlap.interim(text)
         self._words_heard(text)
 
     def _speculate(self, text: str) -> None:

@@ -1,5 +1,6 @@
 """ScriptedInterruptionDetector: an interruption detector whose onset verdicts a test
-writes down (the words are judged as the real rule does, unless ``words`` says otherwise).
+writes down (the words are judged as the real rule does, unless ``words`` says otherwise;
+``interim_from`` turns on the judging of the words so far).
 
     detector = ScriptedInterruptionDetector([rj.Interruption.UNDECIDED], delay=0.01)
     session = AgentSession(vad=..., stt=..., interruption_detection=detector)
@@ -18,6 +19,7 @@ from ..models.interruption import Interruption, InterruptionDetector
 
 if TYPE_CHECKING:
     from ..models.audio import AudioFrame
+    from ..models.stt import Transcript
 
 __all__ = ["OnsetCall", "ScriptedInterruptionDetector"]
 
@@ -41,6 +43,8 @@ class ScriptedInterruptionDetector(InterruptionDetector):
         onset_seconds: float = 0.2,
         max_undecided_seconds: float = 1.0,
         words: Callable[[str], Interruption] | None = None,
+        interim_from: float | None = None,
+        interim_every: float = 0.1,
     ) -> None:
         self.script = list(script)
         if not self.script:
@@ -49,8 +53,13 @@ class ScriptedInterruptionDetector(InterruptionDetector):
         self.onset_seconds = onset_seconds
         self.max_undecided_seconds = max_undecided_seconds
         self._words = words
+        self.interim_from = interim_from
+        self.interim_every = interim_every
         self.onsets: list[OnsetCall] = []
         self.transcripts: list[str] = []
+        """The whole utterances' words it judged."""
+        self.interims: list[str] = []
+        """The words so far it judged (``interim_from``), in order."""
 
     async def at_onset(self, frames: Sequence[AudioFrame]) -> Interruption:
         loop = asyncio.get_running_loop()
@@ -62,8 +71,15 @@ class ScriptedInterruptionDetector(InterruptionDetector):
             raise verdict
         return verdict
 
+    def while_speaking(self, transcript: Transcript) -> Interruption:
+        self.interims.append(transcript.text)
+        return super().while_speaking(transcript)
+
+    def after_transcript(self, transcript: Transcript) -> Interruption:
+        self.transcripts.append(transcript.text)
+        return super().after_transcript(transcript)
+
     def after_words(self, transcript: str) -> Interruption:
-        self.transcripts.append(transcript)
         if self._words is not None:
             return self._words(transcript)
         return super().after_words(transcript)
