@@ -417,6 +417,20 @@ async def test_stt_fallback_keeps_what_the_recognizer_knows_about_its_words() ->
     assert_no_other_task()
 
 
+async def test_stt_fallback_asks_the_first_available_for_the_words_so_far() -> None:
+    broken = ScriptedSTT(["unused"], fail=True)
+    backup = ScriptedSTT(lambda seconds: "hold on")
+    stt = rj.FallbackSTT([broken, backup])
+    so_far = [rj.AudioFrame.silence(0.4, 16000)]
+    with pytest.raises(STTError):  # the first is still available: its failure is the answer
+        await stt.transcribe_so_far(so_far)
+    assert stt.available(broken)  # a pass over words so far marks nothing down
+    assert await stt.recognize(so_far) == "hold on"  # a whole utterance does
+    assert await stt.transcribe_so_far(so_far) == rj.Transcript("hold on")
+    await stt.aclose()
+    assert_no_other_task()
+
+
 async def test_failed_stt_is_probed_with_half_a_second_of_silence() -> None:
     broken = ScriptedSTT(lambda seconds: "primary", fail=True)
     backup = ScriptedSTT(lambda seconds: "backup")

@@ -457,6 +457,11 @@ class FallbackSTT(STT):
             return transcript
         raise STTError("every STT failed: " + "; ".join(failures))
 
+    async def transcribe_so_far(self, frames: Sequence[AudioFrame]) -> Transcript:
+        """The first available recognizer's pass over the words so far. A failure here
+        marks nothing down: the whole utterance's ``transcribe`` decides that."""
+        return await self._breaker.candidates()[0].transcribe_so_far(frames)
+
     async def aclose(self) -> None:
         """Stop the probes, then close every recognizer."""
         await self._breaker.aclose()

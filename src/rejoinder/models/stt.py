@@ -52,6 +52,13 @@ class STT(ABC):
         session calls this; a recognizer that knows more than the text overrides it."""
         return Transcript(await self.recognize(frames))
 
+    async def transcribe_so_far(self, frames: Sequence[AudioFrame]) -> Transcript:
+        """The words so far of an utterance the user is still speaking (the session asks
+        this while it judges speech over the agent). Less urgent than ``transcribe``: a
+        recognizer that queues its work may run it after whole utterances. By default the
+        same as ``transcribe``."""
+        return await self.transcribe(frames)
+
     async def aclose(self) -> None:  # noqa: B027 - most recognizers hold nothing to release
         """Release resources. Idempotent."""
 

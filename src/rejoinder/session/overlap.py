@@ -98,6 +98,7 @@ class Overlap:
             return
         self.verdict = verdict
         self._cancel_timers()
+        self._cancel_pass()
         self._ctx.state.note("overlap", event=verdict.value, why=why, speech_id=self.speech.id)
         if verdict is Interruption.INTERRUPT and self.relevant:
             self._interrupt(self.speech)
@@ -180,6 +181,7 @@ class Overlap:
 
     def speech_ended(self) -> None:
         self._speaking = False
+        self._cancel_pass()  # the whole utterance's words decide now
         if self._long_timer is not None:
             self._long_timer.cancel()
             self._long_timer = None
@@ -198,6 +200,10 @@ class Overlap:
 
     def cancel(self) -> None:
         self._cancel_timers()
+        self._cancel_pass()
+
+    def _cancel_pass(self) -> None:
+        """Nobody needs the words so far any more: a pass still queued is skipped."""
         if self._interim_pass is not None:
             self._interim_pass.cancel()
             self._interim_pass = None

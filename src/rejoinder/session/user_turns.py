@@ -243,7 +243,7 @@ class UserTurns:
                     audio=lambda: self._utterance,
                     speech_seconds=lambda: self._vad.speech_seconds,
                     interrupt=self._interrupt,
-                    recognize=None if self._streaming else self._stt.transcribe,
+                    recognize=None if self._streaming else self._stt.transcribe_so_far,
                 )
             return  # the detector decides; nothing pauses meanwhile
         audio = self._ctx.output.audio

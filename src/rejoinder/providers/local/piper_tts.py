@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from ...models.audio import AudioFrame
 from ...models.tts import TTS, TTSError
+from .model_worker import ModelWorker
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -90,7 +91,9 @@ class PiperTTS(TTS):
         self.speaker_id = speaker_id
         self._voice: PiperVoice | None = None
         self._load_lock = threading.Lock()  # thread locks: any loop, any worker thread
-        self._synthesis_lock = threading.Lock()
+        # The voice runs one sentence at a time: on a thread of its own (model_worker), so
+        # that sessions sharing it queue there, not in the loop's executor.
+        self._worker = ModelWorker("piper")
 
     @property
     def loaded(self) -> bool:
@@ -110,7 +113,7 @@ class PiperTTS(TTS):
         step = round(self.sample_rate * _FRAME_SECONDS)
         while True:
             try:
-                pcm = await asyncio.to_thread(self._next_sentence, sentences)
+                pcm = await self._worker.run(self._next_sentence, sentences)
             except TTSError:
                 raise
             except Exception as exc:
@@ -163,8 +166,7 @@ class PiperTTS(TTS):
     def _next_sentence(
         self, sentences: Iterator[npt.NDArray[np.int16]]
     ) -> npt.NDArray[np.int16] | None:
-        with self._synthesis_lock:
-            return next(sentences, None)
+        return next(sentences, None)
 
 
 def _voice_paths(

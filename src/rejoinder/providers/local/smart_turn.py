@@ -44,6 +44,7 @@ import numpy.typing as npt
 
 from ...models.audio import AudioFrame
 from ...models.turn_detector import TurnDetector, TurnDetectorError
+from .model_worker import ModelWorker
 from .whisper import _hub_offline, _utterance_float32
 
 SAMPLE_RATE = 16000
@@ -127,8 +128,9 @@ class SmartTurn(TurnDetector):
         await asyncio.to_thread(self._ensure_loaded)
 
     async def probability(self, frames: Sequence[AudioFrame], transcript: str = "") -> float:
-        # One hop to a worker thread: resampling, features and the model (~30 ms).
-        return await asyncio.to_thread(self.judge, list(frames))
+        # One hop to the engine's own thread (shared by every session's SmartTurn, like
+        # the engine): resampling, features and the model (~30 ms).
+        return await _worker_for(self._worker_key).run(self.judge, list(frames))
 
     async def aclose(self) -> None:
         self._session = None
@@ -170,12 +172,17 @@ class SmartTurn(TurnDetector):
                 path = self.model_path if self.model_path is not None else model_path()
                 key = (str(path), self.cpu_threads)
                 # One engine per model and thread count in the process: every session's
-                # SmartTurn shares it (onnxruntime runs concurrent calls safely).
+                # SmartTurn shares it, and its thread (_worker_for).
                 with _ENGINES_LOCK:
                     if key not in _ENGINES:
                         _ENGINES[key] = (self._load_session(), _load_extractor())
                     self._session, self._extractor = _ENGINES[key]
             return self._session, self._extractor
+
+    @property
+    def _worker_key(self) -> tuple[str, int]:
+        """Its engine's, without looking for the default file on the loop ("")."""
+        return (str(self.model_path or ""), self.cpu_threads)
 
     def _load_session(self) -> _InferenceSession:
         try:
@@ -200,6 +207,17 @@ class SmartTurn(TurnDetector):
 
 _ENGINES: dict[tuple[str, int], tuple[_InferenceSession, Any]] = {}
 _ENGINES_LOCK = threading.Lock()
+_WORKERS: dict[tuple[str, int], ModelWorker] = {}
+"""One thread per engine: concurrent judgements of one engine each ran on its threads at
+once (two sessions' verdicts, two intra-op threads each, on two cores)."""
+
+
+def _worker_for(key: tuple[str, int]) -> ModelWorker:
+    with _ENGINES_LOCK:
+        worker = _WORKERS.get(key)
+        if worker is None:
+            worker = _WORKERS[key] = ModelWorker("smart-turn")
+        return worker
 
 
 def _default_threads() -> int:

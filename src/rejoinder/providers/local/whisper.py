@@ -58,7 +58,10 @@ nothing (22.4 %); so 8 kHz audio gets no treatment other than the resampling.
 
 Loading the model took 0.4-1.4 s. Both run in a worker thread, never on the event loop
 (CTranslate2 releases the GIL: the loop saw pauses of at most 2.5 ms during a
-transcription); so do resampling and the log-Mel features.
+transcription); so do resampling and the log-Mel features. Transcriptions run on the
+recognizer's own thread (``model_worker``), one at a time as CTranslate2 runs them
+anyway, whole utterances before passes over words still being spoken
+(``transcribe_so_far``).
 
 faster-whisper (and its imports: ctranslate2, PyAV, tokenizers, huggingface_hub) is
 imported on the first ``recognize`` only, so importing this module is cheap.
@@ -87,6 +90,7 @@ import numpy.typing as npt
 from ...models.audio import AudioFrame
 from ...models.audio_utils import resample
 from ...models.stt import STT, STTError, Transcript
+from .model_worker import ModelWorker, Urgency
 
 __all__ = ["WhisperSTT", "WhisperTranscript"]
 
@@ -198,6 +202,9 @@ class WhisperSTT(STT):
         self.last_transcript: WhisperTranscript | None = None
         self._model: _Loaded | None = None
         self._load_lock = threading.Lock()  # a thread lock: any loop, any thread may load
+        # CTranslate2 runs one transcription at a time: one thread of its own, in order
+        # of urgency (see model_worker), instead of the loop's executor.
+        self._worker = ModelWorker("whisper")
 
     @property
     def loaded(self) -> bool:
@@ -212,10 +219,19 @@ class WhisperSTT(STT):
 
     async def transcribe(self, frames: Sequence[AudioFrame]) -> WhisperTranscript:
         """The utterance's transcript and its language (given or detected)."""
+        return await self._run(frames, Urgency.URGENT)
+
+    async def transcribe_so_far(self, frames: Sequence[AudioFrame]) -> WhisperTranscript:
+        """The words so far of an utterance still being spoken: queued behind every
+        whole utterance (of any session sharing this recognizer), and skipped if the
+        session stops waiting for it before its turn."""
+        return await self._run(frames, Urgency.BACKGROUND)
+
+    async def _run(self, frames: Sequence[AudioFrame], urgency: Urgency) -> WhisperTranscript:
         if not any(frame.data.size for frame in frames):
             return WhisperTranscript("", self.language or "en")
-        # One hop to a worker thread: resampling, features, encoder and decoder.
-        result = await asyncio.to_thread(self._recognize, list(frames))
+        # One hop to the model's own thread: resampling, features, encoder and decoder.
+        result = await self._worker.run(self._recognize, list(frames), urgency=urgency)
         self.last_transcript = result
         return result
 
