@@ -41,12 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKCHANNELS",
-    "FLOOR_WORDS",
     "INTERIM_SURE",
     "UNSURE_WORDS",
     "Interruption",
     "InterruptionDetector",
-    "claims_floor",
     "is_backchannel",
 ]
 
@@ -108,19 +106,6 @@ _LAUGH = re.compile(r"^(?:c?h[aeiou]+h?)+$")
 # a sound ("the"), or a word it heard cut off ("C-").
 _STRAY = frozenset({"the", "an", "of", "to", "in", "on", "at", "for"})
 _CUT_OFF = re.compile(r"\b[a-z]+-(?![a-z])")
-
-
-FLOOR_WORDS = frozenset(
-    {"stop", "wait", "hold", "hang", "no", "sorry", "excuse", "pardon", "listen"}
-)
-"""Words with which a listener takes the floor ("stop", "wait", "hold on", "no", "sorry",
-"excuse me"): said over the agent they mean "stop", however unsure the recognizer is."""
-
-
-def claims_floor(transcript: str) -> bool:
-    """Whether the words include one with which a listener takes the floor
-    (``FLOOR_WORDS``): "Stop.", "No, Wednesday.", "Hang on." — not "Uh-huh."."""
-    return any(word in FLOOR_WORDS for word in _WORD.findall(transcript.lower()))
 
 
 def is_backchannel(transcript: str) -> bool:

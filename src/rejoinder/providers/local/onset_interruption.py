@@ -18,9 +18,7 @@ so far, again as soon as one is done): words it is sure of that are no backchann
 the agent ("Hold on.", "Sorry.", "No." of onsets taken for feedback, 0.45-0.55 s after
 the onset instead of at the utterance's end or after 1 s). Finally the recognizer's
 words of the whole utterance decide (``rj.is_backchannel``: "uh-huh", "yeah", "I see"
-are dropped; "yeah, but wait" interrupts; and, since the onset sounded like feedback,
-words the recognizer is unsure of, under ``FEEDBACK_SURE``, that claim no floor are
-feedback too). The classifier only ever says "might be feedback",
+are dropped; "yeah, but wait" interrupts). The classifier only ever says "might be feedback",
 never "ignore": a word that is no backchannel still interrupts when it is heard.
 """
 
@@ -31,27 +29,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...models.interruption import Interruption, InterruptionDetector, claims_floor
+from ...models.interruption import Interruption, InterruptionDetector
 from .onset_classifier import OnsetClassifier
 
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame
-    from ...models.stt import Transcript
 
 __all__ = ["OnsetInterruptionDetector"]
 
-FEEDBACK_SURE = 0.4
-"""After an onset that sounded like feedback, the whole utterance's words interrupt only
-when the recognizer gives them at least this probability on average, or one of them
-claims the floor (``rj.models.interruption.FLOOR_WORDS``: "stop", "wait", "no", ...).
-Two weak signals that agree outweigh one: Whisper tiny.en makes words of a hum ("And
-Emma." for an "mm-hmm" at 0.33, "Well okay." for an "oh okay" at 0.31, "Here here." for a
-"yeah yeah" at 0.29) that are unsure but not unsure enough for ``UNSURE_WORDS``. On the
-conversation benchmark's tuning voices with 30 more phrases (wideband and phone, 176
-backchannels, laughs and coughs; 160 interruptions) this cut the false interruptions
-the words made from 25 to 6 and talked through none of the interruptions: the one it would
-have ("actually I meant Tuesday" heard as "I'll kill the immense views, mate." at 0.38)
-goes on past ``max_undecided_seconds``, and a lone "Stop." heard at 0.11 claims the floor."""
 _INTERIM_FROM = 0.3
 """Seconds after the onset from which the words so far are recognized (see below)."""
 _LEADS = (0.2, 0.15, 0.1)
@@ -107,18 +92,3 @@ class OnsetInterruptionDetector(InterruptionDetector):
         if probability >= self.threshold:
             return Interruption.UNDECIDED
         return Interruption.INTERRUPT
-
-    def after_transcript(self, transcript: Transcript) -> Interruption:
-        """The whole utterance's words, judged only after an onset that sounded like
-        feedback (an ``INTERRUPT`` at the onset decided already): words the recognizer
-        is not sure of (``FEEDBACK_SURE``) that claim no floor are feedback too."""
-        verdict = super().after_transcript(transcript)
-        confidence = transcript.confidence
-        if (
-            verdict is Interruption.INTERRUPT
-            and confidence is not None
-            and confidence < FEEDBACK_SURE
-            and not claims_floor(transcript.text)
-        ):
-            return Interruption.IGNORE
-        return verdict
