@@ -15,7 +15,7 @@ falsely on 0 of 56 backchannels, coughs and laughs, against 7 and 2 with one win
 0.05 s before the estimate, which also decided 50 ms later. Then, from 0.3 s after the
 onset while the user goes on, the recognizer's words so far (a pass over the utterance
 so far, again as soon as one is done): words it is sure of that are no backchannel stop
-the agent ("Hold on.", "Sorry.", "No." of onsets taken for feedback, 0.45-0.55 s after
+the agent ("Hold on.", "Sorry.", "No." of onsets taken for feedback, 0.45-0.65 s after
 the onset instead of at the utterance's end or after 1 s). Finally the recognizer's
 words of the whole utterance decide (``rj.is_backchannel``: "uh-huh", "yeah", "I see"
 are dropped; "yeah, but wait" interrupts). The classifier only ever says "might be feedback",
