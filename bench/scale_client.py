@@ -33,7 +33,9 @@ REPORT_EVERY = 0.05
 QUESTIONS = (
     ("What's the weather in Paris?", "sunny"),
     ("What's the weather in London?", "rain"),
-    ("What's the weather in Rome?", "clear"),
+    # Not Rome: on one machine's CPU Whisper tiny.en heard Piper's "Rome" as "wrong"
+    # (the same clip as "Rome" on another), and the scale tests are not about words.
+    ("What's the weather in New York?", "partly"),
     ("What's the weather in Tokyo?", "humid"),
     ("What's the weather in Berlin?", "overcast"),
 )
