@@ -45,7 +45,8 @@ import numpy.typing as npt
 from ...models.audio import AudioFrame
 from ...models.turn_detector import TurnDetector, TurnDetectorError
 from .model_worker import ModelWorker
-from .whisper import _hub_offline, _utterance_float32
+from .whisper import _utterance_float32
+from .whisper_files import _hub_offline
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 8

