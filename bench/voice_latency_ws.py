@@ -1,16 +1,18 @@
 """Voice latency through the WebSocket transport: end of the user's speech in the
 microphone input → first agent audio the client played.
 
-    python bench/voice_latency_ws.py [--turns 24] [--warmup 2] [--jitter 0]
+    python bench/voice_latency_ws.py [--turns 24] [--warmup 2] [--jitter 0] [--bare]
 
-A server (``rejoinder.io.create_app``) on 127.0.0.1 runs the offline stack with its
-shipped defaults (Silero VAD, Whisper tiny.en, Piper) and the zero-latency model of
-``_fakes.py``. A real aiohttp client, in the same process, streams requests spoken by
-Piper as a microphone would (16 kHz PCM16, a 20 ms frame every 20 ms, silence in
-between), and plays the agent's audio on a simulated speaker that consumes samples in
-real time and reports ``played`` every 50 ms, starting a burst ``--jitter`` seconds after
-its first frame arrives (0: at once). Between requests it waits for the reply to be
-played out and 1 s more.
+A server (``rejoinder.io.create_app``) on 127.0.0.1 runs the offline stack as shipped
+(``local.voice_session_options()``: Silero VAD with 0.2 s of silence, Whisper tiny.en,
+Smart Turn, Piper) and the zero-latency model of ``_fakes.py``; ``--bare`` runs Silero
+with its own default silence (0.3 s) and no turn model, as this bench's numbers in
+bench/README up to run 6 were measured. A real aiohttp client, in the same process,
+streams requests spoken by Piper as a microphone would (16 kHz PCM16, a 20 ms frame
+every 20 ms, silence in between), and plays the agent's audio on a simulated speaker
+that consumes samples in real time and reports ``played`` every 50 ms, starting a burst
+``--jitter`` seconds after its first frame arrives (0: at once). Between requests it
+waits for the reply to be played out and 1 s more.
 
 Reports the median and p90 of each step from the end of speech, as the client saw it
 (``vad_stop``: the ``user_state`` event; ``transcript``: the final user transcript;
@@ -174,21 +176,29 @@ class Client:
 
 
 async def bench(
-    turns: int, warmup: int, jitter: float, overrides: dict[str, Any]
+    turns: int, warmup: int, jitter: float, overrides: dict[str, Any], bare: bool = False
 ) -> dict[str, object]:
+    from rejoinder.providers.local import SileroVAD, voice_session_options
+
     spoken = await clips()
-    stack = await offline_stack(overrides.pop("vad_silence", None))
+    vad_silence = overrides.pop("vad_silence", None)
+    stack = await offline_stack(vad_silence if bare else None)
     probe = Probe()
     sessions: list[rj.AgentSession[Any]] = []
+
+    def voice(stt: rj.STT, tts: Any) -> dict[str, Any]:
+        if bare:  # the VAD's silence alone ends the turn, as before the turn model
+            return {"vad": stack.vad, "stt": stt, "tts": tts}
+        options = voice_session_options(stt=stt, tts=tts)  # what a user runs
+        if vad_silence is not None:
+            options["vad"] = SileroVAD(min_silence_duration=vad_silence)
+        return options
 
     async def entrypoint(conn: Connection) -> None:
         session: rj.AgentSession[Any] = rj.AgentSession(
             llm=InstantLLM(),
-            vad=stack.vad,
-            stt=TimedSTT(stack.stt, probe),
-            tts=TimedTTS(stack.tts, probe),
             user_away_timeout=None,
-            **overrides,
+            **(voice(TimedSTT(stack.stt, probe), TimedTTS(stack.tts, probe)) | overrides),
         )
         sessions.append(session)
         await conn.serve(session, rj.Agent(instructions="You are a helpful assistant."))
@@ -241,9 +251,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=24)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--jitter", type=float, default=0.0, help="speaker buffer, seconds")
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="Silero with its default silence and no turn model (as measured up to run 6)",
+    )
     add_what_if_options(parser)
     args = parser.parse_args()
-    result = asyncio.run(bench(args.turns, args.warmup, args.jitter, what_if(args)))
+    result = asyncio.run(bench(args.turns, args.warmup, args.jitter, what_if(args), args.bare))
     print(json.dumps(result, separators=(",", ":")))
 
 

@@ -33,6 +33,13 @@ class TurnDetector(ABC):
     """How much of the end of the user's last utterance ``probability`` is given, at most
     (the session judges a turn by its last utterance)."""
 
+    judges_early: bool = False
+    """Whether the session asks ``probability`` at the user's first pause as well, about
+    the utterance so far, and keeps a "complete" from then if only quiet follows, instead
+    of waiting for a judgement after the VAD's silence. Right for a detector that is
+    cheap and, given more trailing silence, does not change its mind to "incomplete"
+    (Smart Turn); a detector of the words (``transcript``) is better asked once."""
+
     @abstractmethod
     async def probability(self, frames: Sequence[AudioFrame], transcript: str) -> float:
         """How likely it is, from 0 to 1, that the user finished their turn with this

@@ -30,7 +30,9 @@ decision is made on (exact on virtual time). The kinds and their fields:
 ``error``                   ``source``, ``error`` (type: message), ``recoverable``
 ``metrics``                 ``metrics``: one ``metrics_collected`` payload, as JSON
 ``turn_verdict``            ``probability`` (or null: the detector failed),
-                            ``complete``, ``seconds``: a turn detector's judgement
+                            ``complete``, ``seconds``, ``early`` (a "complete"
+                            made at the utterance's last pause): a turn
+                            detector's judgement
 ``input``                   ``muted`` (bool): ``session.mute_input()``
 ``scenario``                ``rejoinder simulate``'s own events (what the script did)
 ==========================  ====================================================

@@ -14,9 +14,10 @@ VAD's own silence is part of the delay, not added to it. With a turn detector
 (``turn_verdict``). The turn cannot end before the VAD ended the utterance and its
 transcript is in, so a recognizer that does not stream gets the utterance early: when
 the user pauses inside speech for ``_EARLY_PAUSE``, the utterance so far is recognized in
-the background. If the user does not speak again before the VAD ends the utterance and
-everything after that snapshot is quiet, that transcript is the utterance's, and
-recognition has overlapped the VAD's silence; otherwise (the user went on, or the quiet
+the background (and judged by a turn detector that ``judges_early``). If the user does
+not speak again before the VAD ends the utterance and everything after that snapshot is
+quiet, that transcript is the utterance's (and a "complete" from the detector stands),
+and the work has overlapped the VAD's silence; otherwise (the user went on, or the quiet
 end of a word came after it) it is dropped and the whole utterance is recognized.
 
 Interruptions. When the user starts speaking over an interruptible reply that is
@@ -45,7 +46,7 @@ from .metrics_emit import meter_for
 from .mute import silence_like
 from .overlap import Overlap
 from .turn_end import judge_words, turn_end_delay
-from .turn_verdict import TurnVerdicts
+from .turn_verdict import EarlyVerdict, TurnVerdicts
 
 if TYPE_CHECKING:
     from ..floor import Obligation
@@ -67,18 +68,29 @@ _ROOM_FRAMES = 5  # pre-roll frames needed to tell the room's noise
 
 
 class _Early:
-    """A recognition of the utterance so far, started at a pause: valid while the VAD
-    has heard no more speech than ``speech_seconds``, and only if the audio after its
-    first ``frames`` frames is quiet (see ``_heard_all``)."""
+    """The work on the utterance so far, started at a pause: a recognition (``None``
+    when the recognizer streams) and a turn detector's verdict (``None`` without one
+    asked early). Valid while the VAD has heard no more speech than ``speech_seconds``,
+    and only if the audio after its first ``frames`` frames is quiet (``_heard_all``)."""
 
-    __slots__ = ("frames", "result", "speech_seconds")
+    __slots__ = ("frames", "result", "speech_seconds", "verdict")
 
     def __init__(
-        self, speech_seconds: float, frames: int, result: asyncio.Future[Transcript | Exception]
+        self,
+        speech_seconds: float,
+        frames: int,
+        result: asyncio.Future[Transcript | Exception] | None,
+        verdict: EarlyVerdict | None,
     ) -> None:
         self.speech_seconds = speech_seconds
         self.frames = frames
         self.result = result
+        self.verdict = verdict
+
+    def drop(self) -> None:
+        """Stale: the judgement's work is not needed (a recognition runs on: cheap)."""
+        if self.verdict is not None:
+            self.verdict.cancel()
 
 
 def _heard_all(frames: list[AudioFrame], heard: int, room: int = 0) -> bool:
@@ -141,6 +153,7 @@ class UserTurns:
         self._interim = ""
         self._recognizing = 0
         self._early: _Early | None = None
+        self._watch_pauses = False  # set below: is there early work to do at a pause?
         self._voiced_seen = 0.0  # the VAD's speech_seconds at the last frame
         self._paused_for = 0.0  # seconds of the current pause inside speech
         self._ended_at: float | None = None
@@ -157,6 +170,9 @@ class UserTurns:
             TurnVerdicts(ctx, detection, self._schedule_commit)
             if isinstance(detection, TurnDetector)
             else None
+        )
+        self._watch_pauses = not self._streaming or (
+            self._verdicts is not None and self._verdicts.detector.judges_early
         )
 
     # ------------------------------------------------------------ the frame path
@@ -194,18 +210,24 @@ class UserTurns:
                 self._speech_started(event)
             else:
                 self._speech_ended(event)
-        if not self._streaming and self._vad.speaking:
+        if self._watch_pauses and self._vad.speaking:
             self._watch_pause(frame.duration)
 
     def _watch_pause(self, seconds: float) -> None:
         """A pause inside speech: the VAD's speech seconds stop growing."""
         voiced = self._vad.speech_seconds
-        if voiced != self._voiced_seen:  # speech (again): an early recognition is stale
-            self._voiced_seen, self._paused_for, self._early = voiced, 0.0, None
+        if voiced != self._voiced_seen:  # speech (again): what started early is stale
+            self._voiced_seen, self._paused_for = voiced, 0.0
+            self._drop_early()
             return
         self._paused_for += seconds
         if self._early is None and self._paused_for >= _EARLY_PAUSE - 1e-9:
-            self._recognize_early()
+            self._start_early()
+
+    def _drop_early(self) -> None:
+        if self._early is not None:
+            self._early.drop()
+            self._early = None
 
     # -------------------------------------------------------------- VAD events
 
@@ -224,7 +246,8 @@ class UserTurns:
         if self._verdicts is not None:
             self._verdicts.user_went_on()
         self._awaiting_words = None
-        self._early, self._voiced_seen, self._paused_for = None, -1.0, 0.0
+        self._drop_early()
+        self._voiced_seen, self._paused_for = -1.0, 0.0
         if self._overlap is not None:
             self._overlap.cancel()
             self._overlap = None
@@ -289,10 +312,16 @@ class UserTurns:
             # or sound the VAD did not count
             or not _heard_all(frames, early.frames, self._room_frames)
         ):
+            early.drop()
             early = None
         if self._verdicts is not None and frames and not self.manual and overlap is None:
-            self._verdicts.utterance_ended(frames, " ".join(self._transcript))
-        self._recognize(frames, early, overlap)
+            verdict = early.verdict if early is not None else None
+            self._verdicts.utterance_ended(frames, " ".join(self._transcript), verdict)
+        elif early is not None:
+            early.drop()
+        self._recognize(
+            frames, early if early is not None and early.result is not None else None, overlap
+        )
 
     # ------------------------------------------------------------ interruptions
 
@@ -363,12 +392,19 @@ class UserTurns:
         if activity is not None:
             activity.start_preemptive(text)
 
-    def _recognize_early(self) -> None:
+    def _start_early(self) -> None:
+        """The user paused: recognize (and judge) the utterance so far meanwhile."""
         if not self._utterance or self._ctx.closing or not self._ctx.running:
             return
-        result: asyncio.Future[Transcript | Exception] = asyncio.get_running_loop().create_future()
-        self._early = _Early(self._vad.speech_seconds, len(self._utterance), result)
-        self._ctx.spawn(self._recognize_into(list(self._utterance), result))
+        frames = list(self._utterance)
+        result: asyncio.Future[Transcript | Exception] | None = None
+        if not self._streaming:
+            result = asyncio.get_running_loop().create_future()
+            self._ctx.spawn(self._recognize_into(frames, result))
+        verdict = None
+        if self._verdicts is not None and not self.manual and self._overlap is None:
+            verdict = self._verdicts.judge_early(frames, " ".join(self._transcript))
+        self._early = _Early(self._vad.speech_seconds, len(frames), result, verdict)
 
     async def _recognize_into(
         self, frames: list[AudioFrame], result: asyncio.Future[Transcript | Exception]
@@ -409,7 +445,7 @@ class UserTurns:
         self._ctx.spawn(self._recognize_utterance(work, owed, seconds, ended, overlap))
 
     async def _words_of(self, frames: list[AudioFrame], early: _Early | None) -> Transcript:
-        if early is None:
+        if early is None or early.result is None:
             return await self._stt.transcribe(frames)
         # recognized from the pause on: what followed was silence
         outcome = await early.result
@@ -545,7 +581,7 @@ class UserTurns:
         """Forget the turn in progress (audio, transcripts)."""
         self._cancel(self._commit_timer)
         self._utterance, self._transcript, self._interim = [], [], ""
-        self._early = None
+        self._drop_early()
         if self._verdicts is not None:
             self._verdicts.clear()
         if self._streaming:

@@ -2,7 +2,8 @@
 
 Each judgement takes the next probability from the script (the last one repeats), after
 ``delay`` seconds of the loop's clock (virtual time under looptime), or raises when the
-entry is an exception. What it was asked is kept in ``calls``::
+entry is an exception. ``judges_early=True`` has the session ask it at the user's first
+pause as well (``TurnDetector.judges_early``). What it was asked is kept in ``calls``::
 
     detector = ScriptedTurnDetector([0.1, 0.9], delay=0.03)
     session = AgentSession(vad=..., stt=..., turn_detection=detector)
@@ -41,6 +42,7 @@ class ScriptedTurnDetector(TurnDetector):
         delay: float = 0.0,
         threshold: float = 0.5,
         max_audio_seconds: float = 8.0,
+        judges_early: bool = False,
     ) -> None:
         self.script = list(script)
         if not self.script:
@@ -48,6 +50,7 @@ class ScriptedTurnDetector(TurnDetector):
         self.delay = delay
         self.threshold = threshold
         self.max_audio_seconds = max_audio_seconds
+        self.judges_early = judges_early
         self.calls: list[TurnCall] = []
         self.warmed_up = False
 

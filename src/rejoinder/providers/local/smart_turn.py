@@ -91,6 +91,8 @@ class SmartTurn(TurnDetector):
     """
 
     max_audio_seconds = float(WINDOW_SECONDS)
+    # A "complete" at the first pause stands when only quiet follows: see turn_verdict.
+    judges_early = True
 
     def __init__(
         self,
