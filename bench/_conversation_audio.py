@@ -67,7 +67,9 @@ async def _rejoinder_tts(voice: Voice, text: str) -> AudioFrame:
 
     tts = _tts_cache.get(voice)
     if tts is None:
-        tts = PiperTTS() if voice.engine == "piper" else EspeakTTS(voice=voice.name)
+        tts = (
+            PiperTTS(first_clause=False) if voice.engine == "piper" else EspeakTTS(voice=voice.name)
+        )
         _tts_cache[voice] = tts
     frames = [f async for f in tts.synthesize(text)]  # type: ignore[attr-defined]
     return AudioFrame(np.concatenate([f.data for f in frames]), frames[0].sample_rate)

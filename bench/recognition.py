@@ -144,7 +144,7 @@ async def synthesize(voices: Sequence[str], sentences: Sequence[str]) -> list[Ut
             path = os.path.join(folder, key + ".npz")
             if not os.path.exists(path):  # noqa: ASYNC240 - a benchmark's set-up
                 if tts is None:
-                    tts = PiperTTS() if voice == PIPER else EspeakTTS(voice=voice)
+                    tts = PiperTTS(first_clause=False) if voice == PIPER else EspeakTTS(voice=voice)
                 frames = [f async for f in tts.synthesize(text)]
                 pcm = np.concatenate([f.data for f in frames])
                 np.savez(path, pcm=pcm, rate=frames[0].sample_rate)

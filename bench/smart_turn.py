@@ -71,7 +71,10 @@ TARGET_MS = 30.0
 THRESHOLD = 0.5
 TAIL_SECONDS = 0.2  # the silence a VAD with min_silence_duration=0.2 hands over
 CATEGORIES = ("complete", "comma", "truncated", "filler")
-VOICES: dict[str, Callable[[], TTS]] = {"piper": PiperTTS, "espeak": EspeakTTS}
+VOICES: dict[str, Callable[[], TTS]] = {
+    "piper": lambda: PiperTTS(first_clause=False),  # a speaker says each sentence whole
+    "espeak": EspeakTTS,
+}
 CACHE = os.path.join(tempfile.gettempdir(), "rejoinder-bench-smart-turn")
 
 

