@@ -153,7 +153,6 @@ class UserTurns:
         self._interim = ""
         self._recognizing = 0
         self._early: _Early | None = None
-        self._watch_pauses = False  # set below: is there early work to do at a pause?
         self._voiced_seen = 0.0  # the VAD's speech_seconds at the last frame
         self._paused_for = 0.0  # seconds of the current pause inside speech
         self._ended_at: float | None = None
@@ -171,6 +170,7 @@ class UserTurns:
             if isinstance(detection, TurnDetector)
             else None
         )
+        # Is there early work to do at a pause (a recognition, a verdict)?
         self._watch_pauses = not self._streaming or (
             self._verdicts is not None and self._verdicts.detector.judges_early
         )
@@ -319,9 +319,7 @@ class UserTurns:
             self._verdicts.utterance_ended(frames, " ".join(self._transcript), verdict)
         elif early is not None:
             early.drop()
-        self._recognize(
-            frames, early if early is not None and early.result is not None else None, overlap
-        )
+        self._recognize(frames, early, overlap)  # an early transcript, if it has one
 
     # ------------------------------------------------------------ interruptions
 
