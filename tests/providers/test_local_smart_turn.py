@@ -178,9 +178,12 @@ async def test_a_pause_mid_thought_does_not_end_the_turn_and_the_end_does_at_onc
         user = [m.content for m in session.history.messages() if m.role == "user"]
         assert len(user) == 1, (user, verdicts)  # the first half was not answered alone
         assert "pizza" in user[0].lower() and "garlic" in user[0].lower(), user
-        # judged at the pause (incomplete) and at the end (complete)
+        # Judged at the pause and at the end. At the pause the audio model is not always
+        # below its threshold (under 0.1 in 5 of 5 runs alone, 0.63 once in CI under
+        # load), so what holds the turn open there is both signals: a transcript that
+        # ends "and," keeps the turn for longer than the pause even after a "complete".
         assert len(verdicts) >= 2, verdicts
-        assert verdicts[0] < detector.threshold <= verdicts[-1], verdicts
+        assert verdicts[-1] >= detector.threshold, verdicts
         [metrics] = eou
         assert metrics.end_of_turn_probability == pytest.approx(verdicts[-1])
         # the VAD's 0.2 s and the judgement, not min_endpointing_delay (0.4 s)
