@@ -182,8 +182,11 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
 
     assert isinstance(cut, TranscriptMessage) and cut.interrupted
     cleared = [r for r in client.reports if r.cleared]
-    assert len(cleared) == 1 and client.dropped > 0
     history = sessions[0].history.messages()
+    # (seen once on CI: two clears. Say what was heard and decided, to tell a second
+    # turn from a second barge-in next time.)
+    said_then = [(m.role, m.content, m.interrupted) for m in history]
+    assert len(cleared) == 1 and client.dropped > 0, (cleared, said_then, overlaps)
     heard = [m for m in history if m.role == "assistant" and m.interrupted]
     assert len(heard) == 1 and heard[0].content == cut.text
     assert heard[0].content and LONG.startswith(heard[0].content)
