@@ -55,6 +55,68 @@ async def test_a_backchannel_or_a_cough_over_the_agent_changes_nothing(said: str
     await c.session.aclose()
 
 
+async def test_an_interruption_the_onset_took_for_feedback_stops_at_the_second_look() -> None:
+    # "Stop, stop." in a voice the onset model never heard sounds like "uh-huh" for
+    # 0.3 s; the second look, on 0.5 s, hears it go on: the agent stops then, not after
+    # max_undecided_seconds (1 s) or when the words are in.
+    detector = ScriptedInterruptionDetector(
+        [UNDECIDED], second_look=[INTERRUPT], second_look_seconds=0.4
+    )
+    c, handle, t_user = await talking_agent(detector, "Stop, stop.")
+    await c.speak(1.2)
+    assert handle.interrupted
+    [onset], [second] = detector.onsets, detector.second_looks
+    assert onset.at == pytest.approx(t_user + 0.2)
+    assert second.at == pytest.approx(t_user + 0.4)
+    # given the audio from lead_seconds before the onset to the second look
+    assert second.audio_seconds == pytest.approx(0.4 + detector.lead_seconds, abs=0.021)
+    assert c.speaker.segments[0] == pytest.approx(t_user + 0.4 - 1.5)
+    await c.silence(3.0)
+    assert user_messages(c) == ["Hello?", "Stop, stop."]
+    states = c.timeline.agent_states(since=t_user)
+    assert states == ["speaking", "listening", "thinking", "speaking", "listening"]
+    await c.session.aclose()
+
+
+@pytest.mark.parametrize("onset_verdict", [INTERRUPT, UNDECIDED])
+async def test_a_second_look_is_asked_only_while_nothing_is_decided(
+    onset_verdict: rj.Interruption,
+) -> None:
+    # An onset that interrupted needs no second look; a backchannel the second look also
+    # takes for feedback changes nothing, and its words drop it as before.
+    detector = ScriptedInterruptionDetector(
+        [onset_verdict], second_look=[UNDECIDED], second_look_seconds=0.4
+    )
+    said = "Wait." if onset_verdict is INTERRUPT else "Uh-huh."
+    c, handle, t_user = await talking_agent(detector, said)
+    await c.speak(0.5)
+    await c.silence(8.0)
+    await handle
+    assert len(detector.second_looks) == (0 if onset_verdict is INTERRUPT else 1)
+    assert handle.interrupted is (onset_verdict is INTERRUPT)
+    if onset_verdict is UNDECIDED:
+        assert c.speaker.segments == [pytest.approx(c.tts.duration_of(REPLY))]
+        assert c.timeline.agent_states(since=t_user) == ["speaking", "listening"]
+        assert user_messages(c) == ["Hello?"]
+    await c.session.aclose()
+
+
+async def test_a_second_look_that_fails_leaves_the_words_to_decide() -> None:
+    detector = ScriptedInterruptionDetector(
+        [UNDECIDED], second_look=[RuntimeError("second look broke")], second_look_seconds=0.4
+    )
+    c, handle, _ = await talking_agent(detector, "Uh-huh.")
+    errors: list[rj.ErrorEvent] = []
+    c.session.on("error", errors.append)
+    await c.speak(0.5)
+    await c.silence(8.0)
+    await handle
+    assert not handle.interrupted
+    assert [e.source for e in errors] == ["interruption_detection"]
+    assert user_messages(c) == ["Hello?"]
+    await c.session.aclose()
+
+
 async def test_a_real_interruption_stops_the_agent_at_the_onset_verdict() -> None:
     detector = ScriptedInterruptionDetector([INTERRUPT], delay=0.01)
     c, handle, t_user = await talking_agent(detector, "Wait, stop.")

@@ -1,12 +1,14 @@
 """Randomized: speech over the agent judged by an ``InterruptionDetector``, with random
-onset verdicts (interrupt, undecided, a failure), judging delays, speech lengths, words
-(and how sure the recognizer was of them), moments in the reply, and with or without a
-recognizer that does not stream judging the words so far (``interim_from``, passes of
-random latency). Against a model of the rule, on virtual time:
+onset verdicts (interrupt, undecided, a failure), with or without a second look of
+random verdict, judging delays, speech lengths, words (and how sure the recognizer was of
+them), moments in the reply, and with or without a recognizer that does not stream judging
+the words so far (``interim_from``, passes of random latency). Against a model of the
+rule, on virtual time:
 
 * the reply never pauses (a backchannel must not stop it even for a moment);
 * it is interrupted exactly when the rule says: an onset ``INTERRUPT`` that lands while
-  it plays, speech past ``max_undecided_seconds``, or words that are no backchannel and
+  it plays, a second look's ``INTERRUPT`` asked before the words are in, speech past
+  ``max_undecided_seconds``, or words that are no backchannel and
   that the recognizer was not unsure of throughout; and at the first of these, or when a
   pass over the words so far that the recognizer is sure of returns while the user speaks;
 * otherwise nothing changes: the agent only ever speaks until the reply ends, and no
@@ -47,10 +49,11 @@ MIN_SPEECH = 0.06  # ScriptedVAD's
 MIN_SILENCE = 0.3  # ScriptedVAD's: the utterance ends this long after the speech
 INTERIM_FROM = 0.3
 STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
+SECOND_AT = 0.4
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -63,6 +66,7 @@ STEP = 0.04  # frame length: coarse frames keep the test fast on virtual time
     into_reply=st.sampled_from([0.2, 1.0, 2.5]),
     confidence=st.sampled_from([None, 0.05, 0.22, 0.6]),
     pass_latency=st.sampled_from([None, 0.0, 0.05, 0.15]),  # None: a streaming recognizer
+    second=st.sampled_from([None, *VERDICTS]),  # None: the detector has no second look
 )
 def test_speech_over_the_agent_is_judged_by_the_rule(
     verdict: rj.Interruption | Exception,
@@ -72,6 +76,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
     into_reply: float,
     confidence: float | None,
     pass_latency: float | None,
+    second: rj.Interruption | Exception | None,
 ) -> None:
     speech = speech_steps * STEP
     assume(abs(speech - 1.0) > STEP)  # at max_undecided_seconds itself it is a race
@@ -90,7 +95,21 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
         returns, ends = INTERIM_FROM + pass_latency, speech + MIN_SILENCE
         assume(abs(returns - ends) > STEP)
         so_far_at = returns if returns < ends else None
+    # A second look is asked at SECOND_AT unless the utterance's words were in before.
+    words_in = speech + MIN_SILENCE + (pass_latency or 0.0)
+    second_decides = False
+    if second is not None:
+        assume(abs(words_in - (SECOND_AT + delay)) > STEP)
+        assume(abs(speech + MIN_SILENCE - (SECOND_AT + delay)) > STEP)
+        second_decides = (
+            second is rj.Interruption.INTERRUPT
+            and speech > MIN_SPEECH
+            and words_in > SECOND_AT + delay
+        )
+    interrupted = interrupted or second_decides
     stops_at = [so_far_at] if so_far_at is not None else []
+    if second_decides:
+        stops_at.append(SECOND_AT + delay)
     if onset_decides:
         stops_at.append(onset_seconds + delay)
     if speech >= max_undecided + STEP / 2:
@@ -101,6 +120,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
             [verdict], delay=delay, onset_seconds=onset_seconds,
             max_undecided_seconds=max_undecided,
             interim_from=None if pass_latency is None else INTERIM_FROM,
+            second_look=None if second is None else [second], second_look_seconds=SECOND_AT,
         )  # fmt: skip
         words = ["Hello?", rj.Transcript(said, confidence=confidence)]
         stt: rj.STT = (
@@ -132,7 +152,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
             await mic.push(speech_frame(STEP))
         await mic.push_silence(12.0)
         assert pauses == []
-        assert handle.interrupted is interrupted, (verdict, speech, said, confidence)
+        assert handle.interrupted is interrupted, (verdict, second, speech, said, confidence)
         users = [m.content for m in session.history.messages() if m.role == "user"]
         if not interrupted:
             assert timeline.agent_states(since=t_user) == ["speaking", "listening"]

@@ -12,6 +12,8 @@ The detector is asked, while the agent keeps talking:
 1. ``at_onset``: with the first ``onset_seconds`` of the user's audio. ``INTERRUPT``
    stops the agent now (at the listener: the transport clears its queue);
    ``IGNORE`` (plainly a noise) and ``UNDECIDED`` let it talk on.
+   ``at_second_look`` (when ``second_look_seconds`` is set): the same, with the audio up
+   to ``second_look_seconds`` after the onset, if nothing is decided by then.
 2. ``while_speaking`` (when ``interim_from`` is set): with the words so far, while the
    user goes on speaking: ``INTERRUPT`` stops the agent then; anything else waits on.
 3. ``after_transcript``: with the recognizer's transcript of the user's utterance, if it
@@ -135,6 +137,12 @@ class InterruptionDetector(ABC):
     max_undecided_seconds: float = 1.0
     """Speech over the agent that lasts this long interrupts, whatever was decided."""
 
+    second_look_seconds: float | None = None
+    """If set, ``at_second_look`` is asked this many seconds after the onset (with the
+    audio from ``lead_seconds`` before it), when nothing is decided by then: a longer
+    look at a sound the onset could not tell from feedback (an "uh-huh" is over after
+    half a second, "stop, stop" goes on). ``None``: one look."""
+
     interim_from: float | None = None
     """From this many seconds after the onset on, while the user still speaks and nothing
     is decided, the words so far are judged by ``while_speaking``: a streaming
@@ -151,6 +159,13 @@ class InterruptionDetector(ABC):
         ``lead_seconds`` before the VAD's estimate of the onset to ``onset_seconds``
         after it; the estimate may be up to about 0.2 s late or 0.1 s early).
         Must be quick: the agent is still talking. Slow work belongs off the loop."""
+
+    async def at_second_look(self, frames: Sequence[AudioFrame]) -> Interruption:
+        """Judge the user's speech over the agent again, ``second_look_seconds`` after
+        the onset (the audio from ``lead_seconds`` before the VAD's estimate of the onset
+        on), if neither the onset nor the words decided. ``INTERRUPT`` stops the agent;
+        anything else lets it talk on. Quick, like ``at_onset``."""
+        return Interruption.UNDECIDED
 
     def while_speaking(self, transcript: Transcript) -> Interruption:
         """Judge the words so far of an utterance the user is still speaking over the

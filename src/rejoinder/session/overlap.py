@@ -7,7 +7,8 @@ stop, and a ``speaking → thinking → speaking`` the client can see). The deci
 from three places, whichever is first:
 
 * the detector's ``at_onset`` verdict on the first ``onset_seconds`` of the user's audio
-  (a real interruption stops here, a few hundred milliseconds after the onset);
+  (a real interruption stops here, a few hundred milliseconds after the onset), and its
+  ``at_second_look`` on a little more (``second_look_seconds``), if it has one;
 * the words so far, while the user still speaks (``while_speaking``, from the detector's
   ``interim_from`` on): the recognizer's interim transcripts when it streams, otherwise a
   pass over the utterance so far, again and again (one at a time) until it is decided;
@@ -69,6 +70,11 @@ class Overlap:
         self._onset_timer: asyncio.TimerHandle | None = loop.call_at(
             max(loop.time(), onset_at + detector.onset_seconds), self._judge_onset
         )
+        self._second_look_timer: asyncio.TimerHandle | None = None
+        if detector.second_look_seconds is not None:
+            self._second_look_timer = loop.call_at(
+                max(loop.time(), onset_at + detector.second_look_seconds), self._second_look
+            )
         self._long_timer: asyncio.TimerHandle | None = loop.call_at(
             max(loop.time(), onset_at + detector.max_undecided_seconds), self._long_due
         )
@@ -105,20 +111,31 @@ class Overlap:
 
     def _judge_onset(self) -> None:
         self._onset_timer = None
+        self._look("onset")
+
+    def _second_look(self) -> None:
+        self._second_look_timer = None
+        self._look("second_look")
+
+    def _look(self, which: str) -> None:
         if self.decided or not self.relevant:
             return
         frames = _since(self._audio(), self._onset_at - self._detector.lead_seconds)
-        self._ctx.spawn(self._onset_verdict(frames))
+        self._ctx.spawn(self._audio_verdict(frames, which))
 
-    async def _onset_verdict(self, frames: list[AudioFrame]) -> None:
+    async def _audio_verdict(self, frames: list[AudioFrame], which: str) -> None:
+        detector = self._detector
         try:
-            verdict = await self._detector.at_onset(frames)
+            if which == "onset":
+                verdict = await detector.at_onset(frames)
+            else:
+                verdict = await detector.at_second_look(frames)
         except Exception as exc:  # the words still decide
             logger.warning("the interruption detector failed: %s", exc)
             self._ctx.emit_error(exc, source="interruption_detection", recoverable=True)
             return
         if verdict is Interruption.INTERRUPT:
-            self._decide(verdict, "onset")
+            self._decide(verdict, which)
 
     def _long_due(self) -> None:
         """Speech this long over the agent is a turn (only speech counts: a pause
@@ -209,10 +226,12 @@ class Overlap:
             self._interim_pass = None
 
     def _cancel_timers(self) -> None:
-        for timer in (self._onset_timer, self._long_timer, self._interim_timer):
+        timers = (self._onset_timer, self._second_look_timer, self._long_timer, self._interim_timer)
+        for timer in timers:
             if timer is not None:
                 timer.cancel()
-        self._onset_timer = self._long_timer = self._interim_timer = None
+        self._onset_timer = self._second_look_timer = None
+        self._long_timer = self._interim_timer = None
 
 
 def _since(frames: Sequence[AudioFrame], start: float) -> list[AudioFrame]:
