@@ -1,7 +1,7 @@
 """Train the backchannel/noise-onset classifier of rejoinder.providers.local.onset_classifier.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python tools/train_onset_classifier.py \
-        [--cache DIR] [--out PATH] [--benchmark]
+        [--cache DIR] [--out PATH] [--benchmark] [--second-look]
 
 (One BLAS thread: on a shared 2-core machine a threaded matrix product waits for the busy
 core and trains several times slower.) About 5 minutes once the audio is cached, 7-8
@@ -16,6 +16,12 @@ pitch and formants together, a random microphone colouring), trains a few one-hi
 MLPs in numpy with fixed seeds, early-stopped on the validation voices, and writes their
 average (one wider MLP) next to the module, with the threshold that keeps false stops on
 the validation voices within --max-false-stop.
+
+``--second-look`` trains the second look's model instead: the same data and features on
+a 0.5 s window (``--window``), for the onsets the shipped first-look model took for
+feedback. Its threshold is the highest whose *added* false stops (feedback the first look
+let through and this one stops) stay within --max-added-false-stop of the validation
+voices' feedback; it is written to onset_classifier_second_look.npz.
 
 Three voice sets: training; validation (13 eSpeak voices, each with an accent or a
 variant no training voice has, and flite kal16; held-out sentence texts), which chooses
@@ -58,6 +64,8 @@ WINDOW = 0.3
 # 50 ms, stronger L2/dropout did not help, and averaging seeds cut late stops by ~2 points.
 HIDDEN, EPOCHS, L2, DROPOUT, SEEDS = 128, 60, 3e-4, 0.1, 3
 MAX_FALSE_STOP = 0.05
+SECOND_LOOK_WINDOW = 0.5
+MAX_ADDED_FALSE_STOP = 0.01
 SOURCE_RATE = 16000  # every synthesized clip is brought to this rate before augmenting
 
 # ------------------------------------------------------------------------------- texts
@@ -792,10 +800,64 @@ def split_texts() -> tuple[list[str], list[str]]:
     return train, held
 
 
+def choose_second_look_threshold(
+    p: F64, y: npt.NDArray[np.int64], first_kept_on: npt.NDArray[np.bool_], max_added: float
+) -> float:
+    """The highest threshold at which the feedback the first look kept talking through
+    and this model stops stays within ``max_added`` of all the feedback."""
+    feedback = y == 1
+    grid = np.linspace(0.01, 0.99, 99)
+    ok = [
+        float(t)
+        for t in grid
+        if np.sum(feedback & first_kept_on & (p < t)) <= max_added * max(feedback.sum(), 1)
+    ]
+    return max(ok) if ok else 0.01
+
+
+def report_second_look(
+    p: F64, data: Rendered, first_kept_on: npt.NDArray[np.bool_], threshold: float
+) -> None:
+    """What the second look adds to the first: late stops it catches, false stops it adds."""
+    clear = np.array([k != "ambiguous" for k in data.kinds])
+    sentence = clear & (data.labels == 0)
+    feedback = data.labels == 1
+    missed = sentence & first_kept_on
+    caught = missed & (p < threshold)
+    added = feedback & first_kept_on & (p < threshold)
+    print(
+        f"  second look at threshold {threshold:.2f}: catches {caught.sum()} of the "
+        f"{missed.sum()} sentence onsets the first look took for feedback "
+        f"({100 * caught.sum() / max(missed.sum(), 1):.0f}%), adds {added.sum()} false stops "
+        f"of {feedback.sum()} feedback windows ({100 * added.sum() / max(feedback.sum(), 1):.1f}%)"
+    )
+    voices = np.array(data.voices)
+    for engine in ("espeak", "flite"):
+        m = np.char.startswith(voices, engine)
+        print(
+            f"    {engine}: catches {np.sum(caught & m)} of {np.sum(missed & m)}, "
+            f"adds {np.sum(added & m)} of {np.sum(feedback & m)}"
+        )
+
+
 def main() -> None:
+    global WINDOW
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "rj-onset")
-    parser.add_argument("--out", type=Path, default=oc.WEIGHTS_PATH)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--second-look",
+        action="store_true",
+        help="train the second look's model (a longer window, judged after the first)",
+    )
+    parser.add_argument("--window", type=float, default=None, help="seconds (0.3; 0.5 second look)")
+    parser.add_argument(
+        "--max-added-false-stop",
+        type=float,
+        default=MAX_ADDED_FALSE_STOP,
+        help="second look's threshold choice: false stops it may add to the first look's, "
+        "as a share of the validation feedback",
+    )
     parser.add_argument(
         "--max-false-stop",
         type=float,
@@ -809,6 +871,10 @@ def main() -> None:
         help="also score the benchmark's voices (a final check only: nothing is chosen with them)",
     )
     args = parser.parse_args()
+    WINDOW = args.window or (SECOND_LOOK_WINDOW if args.second_look else WINDOW)
+    if args.out is None:
+        args.out = oc.SECOND_LOOK_WEIGHTS_PATH if args.second_look else oc.WEIGHTS_PATH
+    first = oc.OnsetClassifier() if args.second_look else None
     started = time.perf_counter()
 
     train_texts, held_texts = split_texts()
@@ -825,6 +891,18 @@ def main() -> None:
     fit = render(train_src, np.random.default_rng(SEED + 4), {0: 2, 1: 5}, babble_train, train=True)
     val = render(val_src, np.random.default_rng(SEED + 5), {0: 2, 1: 3}, babble_val, train=False)
     x_fit, x_val = featurize(fit), featurize(val)
+    # The second look is asked only where the first look kept talking.
+    first_kept_on = (
+        np.array(
+            [
+                first.probability_of_features(oc.features(a, first.window_seconds))
+                >= first.threshold
+                for a in val.audio
+            ]
+        )
+        if first is not None
+        else np.zeros(len(val.audio), np.bool_)
+    )
     # The ambiguous openings ("yeah but...") are scored, never fitted or early-stopped on.
     clear = np.array([k != "ambiguous" for k in val.kinds])
     print(
@@ -842,11 +920,18 @@ def main() -> None:
         models.append(model)
     chosen = ensemble(models)
     p_val = chosen.proba(x_val)
-    threshold = choose_threshold(p_val[clear], val.labels[clear], args.max_false_stop)
+    if first is None:
+        threshold = choose_threshold(p_val[clear], val.labels[clear], args.max_false_stop)
+    else:
+        threshold = choose_second_look_threshold(
+            p_val[clear], val.labels[clear], first_kept_on[clear], args.max_added_false_stop
+        )
     p_fit = chosen.proba(x_fit)
     fit_accuracy = float(np.mean((p_fit >= threshold) == (fit.labels == 1)))
     print(f"\ntraining voices: accuracy {100 * fit_accuracy:.1f}%")
     report("validation voices (they chose the epoch and the threshold)", p_val, val, threshold)
+    if first is not None:
+        report_second_look(p_val, val, first_kept_on, threshold)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
@@ -882,12 +967,17 @@ def main() -> None:
             [s.clip for s in bench_src if s.kind == "sentence"],
             train=False,
         )
-        report(
-            "benchmark voices (final check, chose nothing)",
-            chosen.proba(featurize(bench)),
-            bench,
-            threshold,
-        )
+        p_bench = chosen.proba(featurize(bench))
+        report("benchmark voices (final check, chose nothing)", p_bench, bench, threshold)
+        if first is not None:
+            kept_on = np.array(
+                [
+                    first.probability_of_features(oc.features(a, first.window_seconds))
+                    >= first.threshold
+                    for a in bench.audio
+                ]
+            )
+            report_second_look(p_bench, bench, kept_on, threshold)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

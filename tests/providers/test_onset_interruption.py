@@ -45,9 +45,9 @@ async def spoken(text: str) -> list[AudioFrame]:
     return [AudioFrame(data[i : i + 320], 16000) for i in range(0, data.size, 320)]
 
 
-async def agent_talking(said: str) -> tuple[rj.AgentSession[Any], MemoryAudioInput, Any, Any]:
-    from rejoinder.providers import local
-
+async def agent_talking(
+    said: str, detector: rj.InterruptionDetector | None = None
+) -> tuple[rj.AgentSession[Any], MemoryAudioInput, Any, Any]:
     mic = MemoryAudioInput(16000)
     session: rj.AgentSession[Any] = rj.AgentSession(
         llm=ScriptedLLM([[REPLY], ["Sure."]]),
@@ -55,7 +55,7 @@ async def agent_talking(said: str) -> tuple[rj.AgentSession[Any], MemoryAudioInp
         tts=ScriptedTTS(),
         vad=ScriptedVAD(threshold=300.0),
         user_away_timeout=None,
-        interruption_detection=local.OnsetInterruptionDetector(),
+        interruption_detection=detector or local.OnsetInterruptionDetector(),
     )
     session.input.audio = mic
     session.output.audio = MemoryAudioOutput(24000)
@@ -101,11 +101,11 @@ async def test_a_backchannel_over_the_agent_changes_nothing(words: str) -> None:
 class RecordingClassifier:
     """Stands in for OnsetClassifier: records each window it is asked about."""
 
-    window_seconds = 0.3
     threshold = 0.29
 
-    def __init__(self, probability: float) -> None:
+    def __init__(self, probability: float, window_seconds: float = 0.3) -> None:
         self.probability = probability
+        self.window_seconds = window_seconds
         self.windows: list[np.ndarray] = []
 
     def backchannel_probability(self, pcm: np.ndarray, sample_rate: int) -> float:
@@ -157,3 +157,73 @@ def test_the_words_so_far_interrupt_only_when_sure_and_no_backchannel(
     detector = local.OnsetInterruptionDetector()
     assert detector.interim_from == pytest.approx(0.3)
     assert detector.while_speaking(rj.Transcript(words, confidence=confidence)) is verdict
+
+
+async def test_the_second_look_is_judged_on_three_half_second_windows() -> None:
+    # Asked 0.4 s after the VAD's estimate, when the onset took the sound for feedback:
+    # the same three window starts, each 0.5 s long.
+    first, second = RecordingClassifier(0.9), RecordingClassifier(0.05, window_seconds=0.5)
+    detector = local.OnsetInterruptionDetector(
+        classifier=first,  # type: ignore[arg-type]
+        second_look=second,  # type: ignore[arg-type]
+    )
+    assert detector.second_look_seconds == pytest.approx(0.4)
+    sample = np.arange(round(0.6 * 16000), dtype=np.int16)
+    assert await detector.at_onset([AudioFrame(sample[:6400], 16000)]) is rj.Interruption.UNDECIDED
+    assert await detector.at_second_look([AudioFrame(sample, 16000)]) is rj.Interruption.INTERRUPT
+    assert [(int(w[0]), w.size) for w in second.windows] == [(0, 8000), (800, 8000), (1600, 8000)]
+    second.probability = 0.5
+    assert await detector.at_second_look([AudioFrame(sample, 16000)]) is rj.Interruption.UNDECIDED
+
+
+async def test_without_a_second_look_the_onset_is_the_only_look() -> None:
+    detector = local.OnsetInterruptionDetector(second_look=False)
+    assert detector.second_look is None and detector.second_look_seconds is None
+    audio = [AudioFrame(np.zeros(9600, np.int16), 16000)]
+    assert await detector.at_second_look(audio) is rj.Interruption.UNDECIDED
+
+
+def test_a_second_look_must_hear_more_than_the_first() -> None:
+    with pytest.raises(ValueError, match="longer than the onset"):
+        local.OnsetInterruptionDetector(second_look=RecordingClassifier(0.1))  # type: ignore[arg-type]
+
+
+def test_the_shipped_second_look_reads_half_a_second() -> None:
+    detector = local.OnsetInterruptionDetector()
+    assert detector.second_look is not None
+    assert detector.second_look.window_seconds == pytest.approx(0.5)
+    assert detector.second_look_seconds == pytest.approx(0.4)
+    assert 0.0 < detector.second_look.threshold < 1.0
+
+
+@pytest.mark.parametrize(
+    ("words", "interrupts"),
+    [
+        ("wait, stop, I need to check something", True),
+        ("hold on, that is not what I asked", True),
+        ("uh-huh", False),
+        ("mm-hmm", False),
+    ],
+)
+async def test_the_shipped_second_look_on_real_speech_the_onset_took_for_feedback(
+    words: str, interrupts: bool
+) -> None:
+    # The first look is made to say "feedback"; the real second look decides.
+    detector = local.OnsetInterruptionDetector(classifier=RecordingClassifier(0.99))  # type: ignore[arg-type]
+    clip = await spoken(words)
+    session, mic, handle, _ = await agent_talking(
+        words if interrupts else words.capitalize() + ".", detector
+    )
+    onset = asyncio.get_running_loop().time()
+    stopped: float | None = None
+    for frame in clip:
+        await mic.push(frame)
+        if stopped is None and handle.interrupted:
+            stopped = asyncio.get_running_loop().time()
+    await mic.push_silence(3.0)
+    if interrupts:
+        # the second look is due 0.4 s after the VAD's estimate of the onset
+        assert stopped is not None and stopped - onset <= 0.5
+    else:
+        assert not handle.interrupted
+    await session.aclose()
