@@ -87,7 +87,14 @@ async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
             greeting_chunks = len(call.heard)
             await call.silence(0.3)
             await call.say_wav(wav)
-            await call.until(lambda: _answered(session), 30)
+            try:
+                await call.until(lambda: _answered(session), 30)
+            except TimeoutError:  # say what was heard: a misrecognition, or no answer
+                heard = [(i.role, i.content) for i in session.history.messages()]
+                raise AssertionError(
+                    f"no answer naming Paris in 30 s; history {heard}, clears {call.clears}, "
+                    f"agent {session.agent_state}, user {session.user_state}"
+                ) from None
             await call.until(lambda: session.agent_state == "listening", 30)
             answer = np.concatenate([h.pcm for h in call.heard[greeting_chunks:]])
             call.save_heard(tmp_path / "heard.wav")

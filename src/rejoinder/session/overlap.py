@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rejoinder")
 
+_AudioJudge = Callable[[Sequence["AudioFrame"]], Awaitable[Interruption]]
+"""The detector's ``at_onset`` or ``at_second_look``."""
+
 
 class Overlap:
     def __init__(
@@ -111,25 +114,23 @@ class Overlap:
 
     def _judge_onset(self) -> None:
         self._onset_timer = None
-        self._look("onset")
+        self._look(self._detector.at_onset, "onset")
 
     def _second_look(self) -> None:
         self._second_look_timer = None
-        self._look("second_look")
+        self._look(self._detector.at_second_look, "second_look")
 
-    def _look(self, which: str) -> None:
+    def _look(self, judge: _AudioJudge, which: str) -> None:
         if self.decided or not self.relevant:
             return
         frames = _since(self._audio(), self._onset_at - self._detector.lead_seconds)
-        self._ctx.spawn(self._audio_verdict(frames, which))
+        self._ctx.spawn(self._audio_verdict(judge, frames, which))
 
-    async def _audio_verdict(self, frames: list[AudioFrame], which: str) -> None:
-        detector = self._detector
+    async def _audio_verdict(
+        self, judge: _AudioJudge, frames: list[AudioFrame], which: str
+    ) -> None:
         try:
-            if which == "onset":
-                verdict = await detector.at_onset(frames)
-            else:
-                verdict = await detector.at_second_look(frames)
+            verdict = await judge(frames)
         except Exception as exc:  # the words still decide
             logger.warning("the interruption detector failed: %s", exc)
             self._ctx.emit_error(exc, source="interruption_detection", recoverable=True)
