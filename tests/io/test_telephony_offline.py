@@ -36,7 +36,7 @@ if importlib.util.find_spec("silero_vad") is None:
 
 from rejoinder.providers.local import PiperTTS, WhisperSTT
 
-pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(150), pytest.mark.alone]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "voice_agent.py"
 ASK = "What is the weather in Paris?"

@@ -43,7 +43,7 @@ if importlib.util.find_spec("silero_vad") is None:
 from rejoinder.providers import local
 from rejoinder.providers.local import PiperTTS, WhisperSTT
 
-pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(120), pytest.mark.alone]
 
 ASK = "Hello, can you hear me?"
 ASK_MORE = "Please tell me a long story."

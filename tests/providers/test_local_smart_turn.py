@@ -26,6 +26,8 @@ from rejoinder.models.audio_utils import resample
 pytest.importorskip("onnxruntime", reason="SmartTurn needs onnxruntime (rejoinder[local])")
 pytest.importorskip("faster_whisper", reason="SmartTurn's features come from faster-whisper")
 pytest.importorskip("piper", reason="the speech comes from PiperTTS (rejoinder[local])")
+
+pytestmark = pytest.mark.alone
 try:
     from rejoinder.providers.local.smart_turn import SmartTurn, model_path
 
