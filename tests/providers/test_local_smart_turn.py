@@ -26,8 +26,6 @@ from rejoinder.models.audio_utils import resample
 pytest.importorskip("onnxruntime", reason="SmartTurn needs onnxruntime (rejoinder[local])")
 pytest.importorskip("faster_whisper", reason="SmartTurn's features come from faster-whisper")
 pytest.importorskip("piper", reason="the speech comes from PiperTTS (rejoinder[local])")
-
-pytestmark = pytest.mark.alone
 try:
     from rejoinder.providers.local.smart_turn import SmartTurn, model_path
 
@@ -36,6 +34,8 @@ except rj.TurnDetectorError as exc:
     pytest.skip(str(exc), allow_module_level=True)
 
 from .test_local_piper import shared_tts, synthesize
+
+pytestmark = pytest.mark.alone
 
 TIMEOUT = 60.0
 COMPLETE = [
