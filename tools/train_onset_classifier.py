@@ -800,6 +800,18 @@ def split_texts() -> tuple[list[str], list[str]]:
     return train, held
 
 
+def kept_on_by(first: oc.OnsetClassifier | None, data: Rendered) -> npt.NDArray[np.bool_]:
+    """Which windows the first look took for feedback (none without a first look)."""
+    if first is None:
+        return np.zeros(len(data.audio), np.bool_)
+    return np.array(
+        [
+            first.probability_of_features(oc.features(a, first.window_seconds)) >= first.threshold
+            for a in data.audio
+        ]
+    )
+
+
 def choose_second_look_threshold(
     p: F64, y: npt.NDArray[np.int64], first_kept_on: npt.NDArray[np.bool_], max_added: float
 ) -> float:
@@ -892,17 +904,7 @@ def main() -> None:
     val = render(val_src, np.random.default_rng(SEED + 5), {0: 2, 1: 3}, babble_val, train=False)
     x_fit, x_val = featurize(fit), featurize(val)
     # The second look is asked only where the first look kept talking.
-    first_kept_on = (
-        np.array(
-            [
-                first.probability_of_features(oc.features(a, first.window_seconds))
-                >= first.threshold
-                for a in val.audio
-            ]
-        )
-        if first is not None
-        else np.zeros(len(val.audio), np.bool_)
-    )
+    first_kept_on = kept_on_by(first, val)
     # The ambiguous openings ("yeah but...") are scored, never fitted or early-stopped on.
     clear = np.array([k != "ambiguous" for k in val.kinds])
     print(
@@ -970,14 +972,7 @@ def main() -> None:
         p_bench = chosen.proba(featurize(bench))
         report("benchmark voices (final check, chose nothing)", p_bench, bench, threshold)
         if first is not None:
-            kept_on = np.array(
-                [
-                    first.probability_of_features(oc.features(a, first.window_seconds))
-                    >= first.threshold
-                    for a in bench.audio
-                ]
-            )
-            report_second_look(p_bench, bench, kept_on, threshold)
+            report_second_look(p_bench, bench, kept_on_by(first, bench), threshold)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 
