@@ -168,7 +168,7 @@ def test_paused_owner_does_not_make_the_agent_thinking() -> None:
     tool = opened(floor, TOOL, 1.0)
     assert floor.agent_state == "thinking"
     # the owner is paused (an AgentTask took over): its tool no longer counts, neither
-    # for thinking nor for holding the away timer (SCENARIOS B5)
+    # for thinking nor for holding the away timer (scenario B5)
     assert floor.pause(A, 2.0) == [Agent("thinking", "listening", 2.0), Arm(2.0 + AWAY)]
     assert not floor.is_live(A)
     assert floor.open_obligations() == [tool]

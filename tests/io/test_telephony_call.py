@@ -6,7 +6,7 @@ What is checked is what a caller would notice: the answer is heard; ``speaking``
 from an echoed mark, after the caller could hear the audio and at most one mark interval
 later; a barge-in clears the line at once and the history keeps what was heard; keys
 pressed reach a PIN prompt; a hang-up on either side ends the session with its reason;
-twenty calls at once are independent (SCENARIOS H1-H3)."""
+twenty calls at once are independent (scenarios H1-H3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SCENARIOS.md A: owed replies in a text-mode pipeline. Each test asserts the whole
+"""Scenarios A: owed replies in a text-mode pipeline. Each test asserts the whole
 agent (and where relevant user) state timeline on virtual time."""
 
 from __future__ import annotations

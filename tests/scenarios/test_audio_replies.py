@@ -1,6 +1,6 @@
 """Replies through TTS and an audio output: `speaking` is what the user hears.
 
-Audio-output variants of SCENARIOS A1, A2 and A7, plus interruption bookkeeping.
+Audio-output variants of scenarios A1, A2 and A7, plus interruption bookkeeping.
 ScriptedTTS speaks 0.05 s per character; MemoryAudioOutput plays on loop time.
 """
 

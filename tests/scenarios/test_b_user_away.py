@@ -1,4 +1,4 @@
-"""SCENARIOS.md B1-B2: the user-away timer counts only mutual silence with nothing owed."""
+"""Scenarios B1-B2: the user-away timer counts only mutual silence with nothing owed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SCENARIOS.md C: lifecycle never hangs. C1: a speculative reply parked by a discarded
+"""Scenarios C: lifecycle never hangs. C1: a speculative reply parked by a discarded
 turn during uninterruptible speech never blocks an awaited AgentTask. C2/C3: handoff and
 close stay bounded and keep what was heard. (More C2/C3 cases: tests/session/
 test_session.py, test_agent_task.py, test_lifecycle_random.py, test_regressions.py.)"""

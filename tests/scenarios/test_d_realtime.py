@@ -1,4 +1,4 @@
-"""Scenarios D1–D9, B3 and B4 (SCENARIOS.md) on GPT-Live, over a real loopback WebSocket.
+"""Scenarios D1–D9, B3 and B4 on GPT-Live, over a real loopback WebSocket.
 
 Each test scripts the server event by event and asserts the whole agent-state timeline.
 "Never listening" is checked by the timeline itself: it lists every change, so a 0 ms

@@ -1,4 +1,4 @@
-"""SCENARIOS.md E1-E3, E5 (endpointing) and the voice loop: microphone → VAD → STT →
+"""Scenarios E1-E3, E5 (endpointing) and the voice loop: microphone → VAD → STT →
 model → TTS → speaker, on virtual time with the test kit's audio fakes."""
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ async def test_e5_preemptive_reply_not_used_when_the_hook_changes_the_turn() -> 
 
 @pytest.mark.parametrize("path", ["discarded-turn", "interrupt", "close", "drain"])
 async def test_c1_speculation_is_never_left_parked(path: str) -> None:
-    """Every path that abandons a speculative reply cancels it (SCENARIOS C1, E3)."""
+    """Every path that abandons a speculative reply cancels it (scenarios C1, E3)."""
     never = asyncio.Event()
     c = await call([[Gate(never), "never"]], ["Are you there?"], preemptive_generation=True)
     if path == "discarded-turn":

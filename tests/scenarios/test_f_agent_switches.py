@@ -1,4 +1,4 @@
-"""SCENARIOS F: agent switches are one transaction (DESIGN §1b).
+"""Scenarios F: agent switches are one transaction (docs/architecture.md §4).
 
 Each test is a reproduction of a reported break, named after the scenario it pins. They
 use the public API only and assert the whole state timeline: "never listening" means not

@@ -1,5 +1,5 @@
 """AgentTask: await a sub-agent from a tool; it becomes current, returns a value, and the
-caller resumes (SCENARIOS E4, B5)."""
+caller resumes (scenarios E4, B5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keypad input (SCENARIOS H3): ``session.push_dtmf`` emits ``dtmf`` events, and
+"""Keypad input (scenario H3): ``session.push_dtmf`` emits ``dtmf`` events, and
 ``rj.CollectDigits`` collects a PIN from a tool with a terminator, a digit count and a
 timeout, reporting ``listening`` while it waits for the caller. Also ``session.shutdown``
 (an agent hanging up) and the close reason. All on virtual time."""

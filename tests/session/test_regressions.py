@@ -193,8 +193,8 @@ async def test_watchdog_expired_reply_keeps_what_was_heard(make_session: MakeSes
     """A reply streams "Hel" and then the model hangs; the reply watchdog expires it.
 
     Expected: like any interruption, the history holds the assistant message "Hel"
-    (interrupted) and the transcription segment is flushed — DESIGN: "the history holds
-    everything that was heard".
+    (interrupted) and the transcription segment is flushed — the history holds
+    everything that was heard.
     Before the fix: the watchdog closes the ``reply`` obligation first and then cancels the task;
     ``_abandon`` only records what was heard ``if reply.is_open``, so "Hel" is lost from
     the history and the output segment is never flushed.
