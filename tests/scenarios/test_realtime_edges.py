@@ -671,8 +671,9 @@ async def test_run_waits_for_the_answer_not_the_preamble(
     server: GPTLiveServer, rigs: list[Rig]
 ) -> None:
     """`await session.run(user_input=...)` resolves when the whole reply, tool follow-up
-    included, was played (the README's promise for `run`): a spoken preamble ("let me check") is not the end of
-    the run; the result holds the tool call, its output and the answer."""
+    included, was played (the README's promise for `run`): a spoken preamble ("let me
+    check") is not the end of the run; the result holds the tool call, its output and the
+    answer."""
     rig = await live(server, rigs)
     t0 = now()
     running = asyncio.get_running_loop().create_task(rig.session.run(user_input="Weather in Oslo?"))
