@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+import _conversation_breath as breath
 from panel import Half, Item, Voice
 from rejoinder.models import g711
 from rejoinder.models.audio import AudioFrame
@@ -170,22 +171,24 @@ async def build_clip(item: Item, voice: Voice) -> Clip:
         onset, end = onset_end(pcm)
         clip = Clip(item, voice, pcm, onset, end)
     elif item.kind == "pause":
-        first = normalized(await speak(voice, item.parts[0]))
-        second = normalized(await speak(voice, item.parts[1]))
-        onset, first_end = onset_end(first)
-        second_onset, second_end = onset_end(second)
-        # The silence is the gap between the words, not between the padded clips.
-        gap = np.zeros(round(item.pause * RATE), np.int16)
-        head = first[: round(first_end * RATE)]
-        tail = second[round(second_onset * RATE) :]
-        pcm = np.concatenate([head, gap, tail])
-        start2 = (head.size + gap.size) / RATE
+        # Said in one breath, the pause opened between the two parts' words: what comes
+        # before it keeps the pitch of a sentence that goes on (_conversation_breath).
+        first, second = item.parts
+        whole = normalized(await speak(voice, f"{first} {second}"))
+        alone = normalized(await speak(voice, first))
+        speech = alone[slice(*(round(t * RATE) for t in onset_end(alone)))]
+        at = breath.boundary(whole, speech)
+        cut = round(at * RATE)
+        onset, first_end = onset_end(whole[:cut])
+        tail_onset, tail_end = onset_end(whole[cut:])
+        pcm = breath.open_pause(whole, at, item.pause)
+        start2 = at + item.pause + tail_onset
         clip = Clip(
             item,
             voice,
             pcm,
             onset,
-            start2 + second_end - second_onset,
+            at + item.pause + tail_end,
             first_end=first_end,
             second_onset=start2,
         )

@@ -81,8 +81,11 @@ def playing_at(events: Iterable[Event], t: float, playing: bool = False) -> bool
     return playing
 
 
-def judge_speech(out: Outcome, events: list[Event], end: float, parts: Sequence[str]) -> None:
-    """A command, question or two-part utterance whose speech ended at ``end``."""
+def judge_speech(
+    out: Outcome, events: list[Event], end: float, second_onset: float | None = None
+) -> None:
+    """A command, question or two-part utterance whose speech ended at ``end``
+    (``second_onset``: where a two-part utterance's second part starts)."""
     out.transcript = _user_finals(events)
     out.replies = sum(e.kind == "play_start" for e in events)
     thinking = [e.t for e in events if e.kind == "agent_state" and e.data["state"] == "thinking"]
@@ -94,19 +97,25 @@ def judge_speech(out: Outcome, events: list[Event], end: float, parts: Sequence[
         after = [t - end for t in starts if t >= end]
         out.latency = after[0] if after and after[0] <= MISS_AFTER else None
         out.missed = out.latency is None
-    if out.kind == "pause":
-        out.false_cut = out.early or _answered_first_part_alone(events, thinking, parts[1])
+    if out.kind == "pause" and second_onset is not None:
+        out.false_cut = out.early or _answered_before_hearing(events, thinking, second_onset)
 
 
-def _answered_first_part_alone(events: list[Event], thinking: list[float], second: str) -> bool:
-    """The first turn the agent answered had none (or under half) of the second part's
-    words in its user transcript."""
+def _answered_before_hearing(events: list[Event], thinking: list[float], second: float) -> bool:
+    """The agent took its turn with no transcript of anything said after the pause: a
+    reply to the first part alone, even if it started after the second part ended.
+
+    (Not a comparison of words: a second part misheard, "mushrooms and olives" heard
+    "Mushroom and our lives.", is the word error's column, not a cut-off.)"""
     if not thinking:
         return False
-    heard = set(normalize(_user_finals(events, before=thinking[0] + 1e-6)))
-    wanted = normalize(second)
-    found = sum(w in heard for w in wanted)
-    return found * 2 < len(wanted)
+    return not any(
+        e.kind == "transcript"
+        and e.data.get("role") == "user"
+        and e.data.get("final")
+        and second < e.t <= thinking[0] + 1e-6
+        for e in events
+    )
 
 
 def judge_barge_in(out: Outcome, events: list[Event], onset: float, end: float) -> None:

@@ -105,7 +105,8 @@ async def run_item(client: Client, s: Spoken, out: Outcome) -> Outcome:
     await _transcribed(client, mark, end + TRANSCRIPT_WAIT)
     await settle(client, end + MISS_AFTER)
     events = client.log[mark:]
-    judge_speech(out, events, end, clip.item.parts)
+    second = t0 + clip.second_onset if clip.second_onset is not None else None
+    judge_speech(out, events, end, second)
     out.events = event_dicts(events, t0)
     return out
 

@@ -4,9 +4,11 @@ Written for this benchmark, not taken from any corpus. Each half has:
 
 - ``command``: commands and statements, the kind Whisper tends to leave unpunctuated;
 - ``question``: questions;
-- ``pause``: one request said in two parts with a silence between them, the first part
-  ending where a speaker plainly is not done (a filler, a conjunction, a preposition, an
-  article); an agent that answers before the second part cut the user off;
+- ``pause``: one request with a silence in it, the first part ending where a speaker
+  plainly is not done (a filler, a conjunction, a preposition, an article); said in one
+  breath and the silence opened between the parts' words, so that the first part keeps
+  the pitch of a sentence that goes on (``bench/_conversation_breath.py``); an agent that
+  answers before the second part cut the user off;
 - ``interrupt``: said over the agent while it talks, meaning "stop";
 - ``backchannel``, ``cough``, ``laugh``: said (or made) over the agent while it talks,
   meaning "go on": an agent that stops or even pauses for them was interrupted falsely.
