@@ -416,8 +416,11 @@ def _word_confidences(
         return None, None
     try:
         words, word_tokens = tokenizer.split_to_word_tokens([*tokens, tokenizer.eot])
+        # ``num_frames`` counts log-Mel frames (CTranslate2 halves it for the encoder's
+        # positions). It bounds only the word timings, which are not read here: the
+        # probabilities come from the forced decode and are the same for any value.
         alignment = whisper.align(
-            encoded, tokenizer.sot_sequence, [tokens], max(1, content_frames // 2)
+            encoded, tokenizer.sot_sequence, [tokens], max(1, content_frames)
         )[0]
         probabilities = list(alignment.text_token_probs)
     except Exception:  # advisory only: the transcript stands without it
