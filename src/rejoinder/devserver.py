@@ -229,7 +229,7 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         for signum in handled:
             loop.remove_signal_handler(signum)
         await runner.cleanup()
-        from .session.model_claims import close_shared
+        from .models.claims import close_shared
 
         await close_shared()
     _say(stream, "stopped")

@@ -192,8 +192,8 @@ async def test_a_streaming_recognizer_serves_one_running_session_at_a_time() -> 
 def test_a_claim_is_on_the_model_itself_not_on_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """A session never closed leaves its claims; a new model that happens to get the same
     id (freed memory is reused) must not look taken."""
-    from rejoinder.session import model_claims
-    from rejoinder.session.model_claims import ModelClaims
+    from rejoinder.models import claims as model_claims
+    from rejoinder.models.claims import ModelClaims
 
     old, new = ScriptedSTT(["a"]), ScriptedSTT(["b"])
     monkeypatch.setattr(model_claims, "_in_use", {id(new): (old, 1)})  # as after id reuse

@@ -15,6 +15,7 @@ Where things are decided:
 - ``realtime_driver`` and friends: sessions on realtime/duplex models.
 """
 
+from ..models.claims import close_shared, shared
 from .agent import Agent
 from .agent_task import AgentTask
 from .client_delegation import ClientDelegation
@@ -36,7 +37,6 @@ from .events import (
     UserTurnDiscardedEvent,
 )
 from .keypad import CollectDigits, Digits
-from .model_claims import close_shared, shared
 from .run_context import RunContext
 from .run_result import RunResult
 from .session import AgentSession

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..models.claims import ModelClaims
 from ..models.interruption import InterruptionDetector
 from ..models.stt import StreamingSTT
 from ..models.turn_detector import TurnDetector
-from .model_claims import ModelClaims
 
 if TYPE_CHECKING:
     from ..models.stt import STT

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
 from ..models import LLM, ChatContext
 from ..models.chat import new_id
+from ..models.claims import ModelClaims
 from ..models.interruption import InterruptionDetector
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
@@ -40,7 +41,6 @@ from .events import (
     UserTurnDiscardedEvent,
 )
 from .log_context import session_id as log_session_id
-from .model_claims import ModelClaims
 from .run_result import RunResult
 from .speech import ReplyRequest, SpeechHandle
 from .timeline import Timeline

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ...session.model_claims import shared
+from ...models.claims import shared
 
 if TYPE_CHECKING:
     from ...models.stt import STT
