@@ -39,7 +39,6 @@ class SessionOptions:
     min_endpointing_delay: float
     max_endpointing_delay: float
     preemptive_generation: bool
-    user_away_timeout: float | None
     max_tool_steps: int
     close_timeout: float
     turn_detection: Literal["vad", "manual"] | TurnDetector

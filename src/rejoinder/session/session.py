@@ -109,7 +109,6 @@ class AgentSession(Generic[Userdata]):
             min_endpointing_delay=min_endpointing_delay,
             max_endpointing_delay=max_endpointing_delay,
             preemptive_generation=preemptive_generation,
-            user_away_timeout=user_away_timeout,
             max_tool_steps=max_tool_steps,
             close_timeout=close_timeout,
             turn_detection=turn_detection,
