@@ -41,9 +41,11 @@ typecheck: $(STAMP)
 # offline stack in real time: a call, a WebSocket conversation, Smart Turn on speech) run
 # after, one at a time: beside a second worker, the models' timing changed what they heard
 # (3 of 6 runs failed one of them on a 2-core machine).
+# --durations: the 15 slowest tests of each run are printed, so that CI shows where the
+# suite's time goes before it outgrows its budget.
 pytest: $(STAMP) chromium
-	$(BIN)/pytest -n 2 -m "not alone"
-	$(BIN)/pytest -p no:xdist -m alone
+	$(BIN)/pytest -n 2 -m "not alone" --durations=15
+	$(BIN)/pytest -p no:xdist -m alone --durations=15
 
 # The page's tests (tests/io/test_browser.py) drive Debian's chromium through Playwright
 # (Playwright's own browser download is not used); without it they are skipped.
@@ -55,6 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/turn_latency.py
 	$(BIN)/python bench/turn_latency.py --audio
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/overhead_ratio.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/vad_cpu.py
