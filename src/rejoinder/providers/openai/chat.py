@@ -7,7 +7,8 @@ this module is cheap.
 A request that fails before anything of the reply was yielded (the server could not be
 reached or cut the connection, HTTP 429 or 5xx) is tried again, as ``max_retries`` and
 the backoff parameters allow; see ``_retry``. Once a chunk was yielded nothing is retried:
-the caller may already have spoken it.
+the caller may already have spoken it. The session, headers, timeouts and the messages
+of failed requests are ``_http``'s, shared with the speech clients.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
 from ...models.metrics import label_of
-from .._retry import RetryPolicy, log_retry, retry_after, transient_status
+from .._retry import RetryPolicy, log_retry
 from .._timeout import Timeout
 from . import _convert
-from ._auth import DEFAULT_BASE_URL, api_key_from, base_url_from
+from ._auth import DEFAULT_BASE_URL
+from ._http import Failure, HTTPClient, read_some
 from ._stream import SSEDecoder, StreamAssembler
 
 if TYPE_CHECKING:
@@ -33,8 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "StreamAssembler", "Timeout"]
 
-_USER_AGENT = "rejoinder/0.1"
-_MAX_ERROR_BODY_BYTES = 64 * 1024
+# Added to the headers every client sends: the body is JSON, the reply an event stream.
+_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
 
 @dataclass(slots=True)
@@ -47,13 +49,21 @@ class _Try:
     server_wait: float | None = None
     """The ``Retry-After`` of an error response."""
 
+    def failed(self, failure: Failure) -> LLMError:
+        """``failure`` as the error the caller sees, noting what the retry decision needs."""
+        self.timed_out = failure.timed_out
+        self.server_wait = failure.wait
+        return LLMError(str(failure), retryable=failure.retryable, status=failure.status)
 
-class LLM(models.LLM):
+
+class LLM(HTTPClient, models.LLM):
     """Chat Completions over HTTP with ``stream: true``.
 
     ``from rejoinder.providers import openai; openai.LLM(model="gpt-4o-mini")``.
     For a local server: ``openai.LLM(model="llama3.2", base_url="http://localhost:11434/v1")``.
     """
+
+    _name = "openai.LLM"
 
     def __init__(
         self,
@@ -97,19 +107,11 @@ class LLM(models.LLM):
             ValueError: a negative or non-integer ``max_retries``, a negative or
                 non-finite backoff, or a cap below ``retry_backoff``.
         """
-        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self.retries = 0
-        """How many times this LLM retried a request so far (each retry is also logged as
-        a warning on the ``rejoinder.providers.openai`` logger)."""
+        retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        super().__init__(api_key, base_url, timeout, extra_headers, http_session, retry)
         self._model = model
-        self._api_key = api_key_from(api_key)
-        self._base_url = base_url_from(base_url).rstrip("/")
         self._temperature = temperature
-        self._timeout = Timeout.of(timeout)
-        self._extra_headers = dict(extra_headers or {})
         self._extra_body = dict(extra_body or {})
-        self._session = http_session
-        self._owns_session = http_session is None
 
     @property
     def model(self) -> str:
@@ -118,10 +120,6 @@ class LLM(models.LLM):
     @property
     def provider(self) -> str:
         return "openai"
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
 
     def __repr__(self) -> str:
         return f"openai.LLM(model={self._model!r}, base_url={self._base_url!r})"
@@ -158,13 +156,6 @@ class LLM(models.LLM):
         body.update(self._extra_body)
         return body
 
-    async def aclose(self) -> None:
-        """Close the HTTP session this LLM created (a session passed in is left open)."""
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            if not session.closed:
-                await session.close()
-
     def _info(self, retries: int) -> StreamInfo:
         return StreamInfo(
             model=self._model, provider="openai", label=label_of(self), retries=retries
@@ -172,34 +163,8 @@ class LLM(models.LLM):
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or (self._owns_session and self._session.closed):
-            import aiohttp
-
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    def _headers(self) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            "User-Agent": _USER_AGENT,
-        }
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        headers.update(self._extra_headers)
-        return headers
-
     async def _stream(self, body: dict[str, Any]) -> AsyncIterator[ChatChunk]:
-        import aiohttp
-
         url = f"{self._base_url}/chat/completions"
-        timeout = aiohttp.ClientTimeout(
-            total=self._timeout.total,
-            connect=self._timeout.connect,
-            sock_connect=self._timeout.connect,
-            sock_read=self._timeout.read,
-        )
         try:
             payload = json.dumps(body).encode()
         except (TypeError, ValueError, RecursionError) as exc:
@@ -209,7 +174,7 @@ class LLM(models.LLM):
             attempt = _Try()
             try:
                 # aclosing: a consumer that stops early must close the try's response now.
-                async with contextlib.aclosing(self._try(url, payload, timeout, attempt)) as tried:
+                async with contextlib.aclosing(self._try(url, payload, attempt)) as tried:
                     async for chunk in tried:
                         if not attempt.delivered:
                             attempt.delivered = True
@@ -229,29 +194,25 @@ class LLM(models.LLM):
                     ) from error
                 retries += 1
                 self.retries += 1
-                log_retry("openai.LLM", str(error), retries, self._retry, wait)
+                log_retry(self._name, str(error), retries, self._retry, wait)
                 await asyncio.sleep(wait)
 
     async def _try(
-        self, url: str, payload: bytes, limits: aiohttp.ClientTimeout, attempt: _Try
+        self, url: str, payload: bytes, attempt: _Try
     ) -> AsyncGenerator[ChatChunk, None]:
         """One try of a request: POST it and stream the reply, noting in ``attempt`` what
         the retry decision needs."""
         try:
-            response = await self._get_session().post(
-                url, data=payload, headers=self._headers(), timeout=limits
-            )
-        except Exception as exc:
-            attempt.timed_out = isinstance(exc, TimeoutError)
-            raise self._request_error(exc, url) from exc
+            response = await self._post(url, payload, self._headers(**_STREAM_HEADERS))
+        except Failure as failure:
+            # Chained to what the failure came from (None for an error status), as the
+            # failure itself adds nothing to the traceback.
+            raise attempt.failed(failure) from failure.__cause__
 
         finished = False
         try:
-            if response.status >= 300:
-                attempt.server_wait = retry_after(response.headers)
-                raise await self._status_error(response, url)
             if response.content_type in ("application/json", "text/html"):
-                message = _convert.error_message_from_body(await self._read_some(response))
+                message = _convert.error_message_from_body(await read_some(response))
                 raise LLMError(
                     f"{url} answered {response.content_type} instead of an event stream: {message}",
                     status=response.status,
@@ -263,8 +224,7 @@ class LLM(models.LLM):
                 try:
                     data = await response.content.readany()
                 except Exception as exc:
-                    attempt.timed_out = isinstance(exc, TimeoutError)
-                    raise self._read_error(exc, url) from exc
+                    raise attempt.failed(self._read_failure(exc, url, "stream")) from exc
                 try:
                     events = decoder.feed(data) if data else decoder.flush()
                 except ValueError as exc:
@@ -288,84 +248,3 @@ class LLM(models.LLM):
                 # Cancelled, failed, or abandoned by the consumer: drop the connection so no
                 # half-read stream goes back into the pool.
                 response.close()
-
-    async def _read_some(self, response: aiohttp.ClientResponse) -> bytes:
-        """Read up to 64 KiB of a body, never raising."""
-        data = bytearray()
-        try:
-            while len(data) < _MAX_ERROR_BODY_BYTES:
-                piece = await response.content.readany()
-                if not piece:
-                    break
-                data += piece
-        except Exception:
-            pass
-        return bytes(data[:_MAX_ERROR_BODY_BYTES])
-
-    async def _status_error(self, response: aiohttp.ClientResponse, url: str) -> LLMError:
-        status = response.status
-        message = _convert.error_message_from_body(await self._read_some(response))
-        reason = f" {response.reason}" if response.reason else ""
-        return LLMError(
-            f"{url} returned HTTP {status}{reason}: {message}",
-            retryable=transient_status(status),
-            status=status,
-        )
-
-    def _request_error(self, exc: Exception, url: str) -> LLMError:
-        """An exception from sending the request or waiting for the response headers."""
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return LLMError(
-                f"timed out connecting to {url} (after {self._timeout.connect}s)", retryable=True
-            )
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return LLMError(
-                f"timed out waiting for {url} to respond (no answer for {self._timeout.read}s)",
-                retryable=True,
-            )
-        if isinstance(exc, TimeoutError):
-            return LLMError(
-                f"timed out waiting for {url} (total limit {self._timeout.total}s)", retryable=True
-            )
-        if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-            return LLMError(f"TLS error connecting to {url}: {exc}")
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            if isinstance(exc.os_error, ConnectionRefusedError):
-                reason = "connection refused"
-            else:
-                reason = exc.os_error.strerror or str(exc.os_error) or str(exc)
-            return LLMError(f"cannot connect to {url}: {reason}", retryable=True)
-        if isinstance(exc, aiohttp.ServerDisconnectedError):
-            return LLMError(f"{url} closed the connection before responding", retryable=True)
-        if isinstance(exc, aiohttp.InvalidURL | ValueError):
-            return LLMError(f"invalid request URL {url!r}: {exc}")
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return LLMError(f"request to {url} failed: {_describe(exc)}", retryable=True)
-        return LLMError(f"request to {url} failed: {_describe(exc)}")
-
-    def _read_error(self, exc: Exception, url: str) -> LLMError:
-        """An exception from reading the body of a streaming response."""
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return LLMError(
-                f"timed out reading the stream from {url} (no data for {self._timeout.read}s)",
-                retryable=True,
-            )
-        if isinstance(exc, TimeoutError):
-            return LLMError(
-                f"timed out reading the stream from {url} (total limit {self._timeout.total}s)",
-                retryable=True,
-            )
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return LLMError(
-                f"connection lost mid-stream from {url}: {_describe(exc)}", retryable=True
-            )
-        return LLMError(f"reading the stream from {url} failed: {_describe(exc)}")
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -32,15 +32,15 @@ import asyncio
 import io
 import wave
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ... import models
 from ...models.stt import STTError
-from .._retry import RetryPolicy, log_retry, retry_after, transient_status
+from .._retry import RetryPolicy
 from .._timeout import Timeout
 from . import _json
-from ._auth import api_key_from, base_url_from
 from ._convert import error_message_from_body
+from ._http import Failure, HTTPClient
 from ._stream import SSEDecoder
 
 if TYPE_CHECKING:
@@ -50,22 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STT", "frames_to_wav"]
 
-_USER_AGENT = "rejoinder/0.1"
-_MAX_ERROR_BODY_BYTES = 64 * 1024
 _MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
-
-
-class _Failure(Exception):
-    """One try failed: ``message`` for the caller, whether a retry may help, and the
-    wait the server asked for."""
-
-    def __init__(
-        self, message: str, *, retryable: bool, timed_out: bool = False, wait: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.timed_out = timed_out
-        self.wait = wait
 
 
 def frames_to_wav(frames: Sequence[AudioFrame]) -> bytes:
@@ -95,165 +80,7 @@ def frames_to_wav(frames: Sequence[AudioFrame]) -> bytes:
     return out.getvalue()
 
 
-class _HTTPClient:
-    """What the OpenAI audio clients share: the session, headers, timeouts, the retry
-    loop and turning aiohttp's exceptions into clear messages."""
-
-    _name = "openai"
-
-    def __init__(
-        self,
-        *,
-        api_key: str | None,
-        base_url: str | None,
-        timeout: Timeout | float | None,
-        extra_headers: Mapping[str, str] | None,
-        http_session: aiohttp.ClientSession | None,
-        max_retries: int,
-        retry_backoff: float,
-        retry_backoff_cap: float,
-    ) -> None:
-        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self.retries = 0
-        """How many times this client retried a request so far."""
-        self._api_key = api_key_from(api_key)
-        self._base_url = base_url_from(base_url).rstrip("/")
-        self._timeout = Timeout.of(timeout)
-        self._extra_headers = dict(extra_headers or {})
-        self._session = http_session
-        self._owns_session = http_session is None
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    async def aclose(self) -> None:
-        """Close the HTTP session this client created (a session passed in is left open)."""
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            if not session.closed:
-                await session.close()
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or (self._owns_session and self._session.closed):
-            import aiohttp
-
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    def _headers(self, **more: str) -> dict[str, str]:
-        headers = {"User-Agent": _USER_AGENT, **more}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        headers.update(self._extra_headers)
-        return headers
-
-    def _client_timeout(self) -> aiohttp.ClientTimeout:
-        import aiohttp
-
-        return aiohttp.ClientTimeout(
-            total=self._timeout.total,
-            connect=self._timeout.connect,
-            sock_connect=self._timeout.connect,
-            sock_read=self._timeout.read,
-        )
-
-    async def _next_wait(self, failure: _Failure, retries: int) -> float | str:
-        """The wait before the next try, or why there is none ("" to re-raise as is)."""
-        if failure.timed_out or not failure.retryable:
-            return ""
-        wait = self._retry.next_wait(retries, failure.wait)
-        if not isinstance(wait, str):
-            log_retry(self._name, str(failure), retries + 1, self._retry, wait)
-            self.retries += 1
-        return wait
-
-    async def _post(
-        self, url: str, data: Any, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
-        """POST and check the status: an error status becomes a ``_Failure``."""
-        try:
-            response = await self._get_session().post(
-                url, data=data, headers=dict(headers), timeout=self._client_timeout()
-            )
-        except Exception as exc:
-            raise self._request_failure(exc, url) from exc
-        if response.status >= 300:
-            try:
-                wait = retry_after(response.headers)
-                message = error_message_from_body(await _read_some(response))
-                reason = f" {response.reason}" if response.reason else ""
-                raise _Failure(
-                    f"{url} returned HTTP {response.status}{reason}: {message}",
-                    retryable=transient_status(response.status),
-                    wait=wait,
-                )
-            finally:
-                response.close()
-        return response
-
-    def _request_failure(self, exc: Exception, url: str) -> _Failure:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return _Failure(
-                f"timed out connecting to {url} (after {self._timeout.connect}s)",
-                retryable=True,
-                timed_out=True,
-            )
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return _Failure(
-                f"timed out waiting for {url} to respond (no answer for {self._timeout.read}s)",
-                retryable=True,
-                timed_out=True,
-            )
-        if isinstance(exc, TimeoutError):
-            return _Failure(
-                f"timed out waiting for {url} (total limit {self._timeout.total}s)",
-                retryable=True,
-                timed_out=True,
-            )
-        if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-            return _Failure(f"TLS error connecting to {url}: {exc}", retryable=False)
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            if isinstance(exc.os_error, ConnectionRefusedError):
-                reason = "connection refused"
-            else:
-                reason = exc.os_error.strerror or str(exc.os_error) or str(exc)
-            return _Failure(f"cannot connect to {url}: {reason}", retryable=True)
-        if isinstance(exc, aiohttp.ServerDisconnectedError):
-            return _Failure(f"{url} closed the connection before responding", retryable=True)
-        if isinstance(exc, aiohttp.InvalidURL | ValueError):
-            return _Failure(f"invalid request URL {url!r}: {exc}", retryable=False)
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return _Failure(f"request to {url} failed: {_describe(exc)}", retryable=True)
-        return _Failure(f"request to {url} failed: {_describe(exc)}", retryable=False)
-
-    def _read_failure(self, exc: Exception, url: str) -> _Failure:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return _Failure(
-                f"timed out reading the response from {url} (no data for {self._timeout.read}s)",
-                retryable=True,
-                timed_out=True,
-            )
-        if isinstance(exc, TimeoutError):
-            return _Failure(
-                f"timed out reading the response from {url} (total limit {self._timeout.total}s)",
-                retryable=True,
-                timed_out=True,
-            )
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return _Failure(
-                f"connection lost mid-response from {url}: {_describe(exc)}", retryable=True
-            )
-        return _Failure(
-            f"reading the response from {url} failed: {_describe(exc)}", retryable=False
-        )
-
-
-class STT(_HTTPClient, models.STT):
+class STT(HTTPClient, models.STT):
     """OpenAI transcription: ``openai.STT(model="gpt-4o-mini-transcribe")``.
 
     ``recognize(frames)`` sends the utterance as a mono 16-bit WAV at the frames' sample
@@ -300,16 +127,8 @@ class STT(_HTTPClient, models.STT):
                 failures (cannot connect, connection cut, HTTP 429 or 5xx), as in
                 ``openai.LLM``.
         """
-        super().__init__(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            http_session=http_session,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            retry_backoff_cap=retry_backoff_cap,
-        )
+        retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        super().__init__(api_key, base_url, timeout, extra_headers, http_session, retry)
         self._model = model
         self._language = language
         self._prompt = prompt
@@ -348,7 +167,7 @@ class STT(_HTTPClient, models.STT):
         while True:
             try:
                 return await self._try(url, wav, fields)
-            except _Failure as failure:
+            except Failure as failure:
                 wait = await self._next_wait(failure, retries)
                 if isinstance(wait, str):
                     message = f"{failure} ({wait})" if wait else str(failure)
@@ -373,13 +192,13 @@ class STT(_HTTPClient, models.STT):
             try:
                 data = _json.loads(body)
             except ValueError as exc:
-                raise _Failure(
+                raise Failure(
                     f"{url} answered a body that is not JSON: {error_message_from_body(body)}",
                     retryable=False,
                 ) from exc
             text = data.get("text") if isinstance(data, dict) else None
             if not isinstance(text, str):
-                raise _Failure(
+                raise Failure(
                     f"{url} answered JSON without a text: {body[:200]!r}", retryable=False
                 )
             return text.strip()
@@ -397,7 +216,7 @@ class STT(_HTTPClient, models.STT):
                 return bytes(data)
             data += piece
             if len(data) > _MAX_JSON_BODY_BYTES:
-                raise _Failure(f"{url} answered more than 4 MiB", retryable=False)
+                raise Failure(f"{url} answered more than 4 MiB", retryable=False)
 
     async def _read_events(self, response: aiohttp.ClientResponse, url: str) -> str:
         decoder = SSEDecoder()
@@ -410,16 +229,14 @@ class STT(_HTTPClient, models.STT):
             try:
                 events = decoder.feed(piece) if piece else decoder.flush()
             except ValueError as exc:
-                raise _Failure(
-                    f"malformed event stream from {url}: {exc}", retryable=False
-                ) from exc
+                raise Failure(f"malformed event stream from {url}: {exc}", retryable=False) from exc
             for event in events:
                 if event.strip() == "[DONE]":
                     return "".join(deltas).strip()
                 try:
                     data = _json.loads(event)
                 except ValueError as exc:
-                    raise _Failure(
+                    raise Failure(
                         f"malformed event from {url}: {event[:200]!r}", retryable=False
                     ) from exc
                 if not isinstance(data, dict):
@@ -432,29 +249,8 @@ class STT(_HTTPClient, models.STT):
                     return (text if isinstance(text, str) else "".join(deltas)).strip()
                 elif kind == "error" or "error" in data:
                     message = error_message_from_body(_json.dumps(data).encode())
-                    raise _Failure(
-                        f"{url} reported an error mid-stream: {message}", retryable=False
-                    )
+                    raise Failure(f"{url} reported an error mid-stream: {message}", retryable=False)
             if not piece:
-                raise _Failure(
+                raise Failure(
                     f"{url} ended the event stream before transcript.text.done", retryable=True
                 )
-
-
-async def _read_some(response: aiohttp.ClientResponse) -> bytes:
-    """Read up to 64 KiB of a body, never raising."""
-    data = bytearray()
-    try:
-        while len(data) < _MAX_ERROR_BODY_BYTES:
-            piece = await response.content.readany()
-            if not piece:
-                break
-            data += piece
-    except Exception:
-        pass
-    return bytes(data[:_MAX_ERROR_BODY_BYTES])
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from ... import models
 from ...models.tts import TTSError, WordTiming
+from .._retry import RetryPolicy
 from .._timeout import Timeout
 from ._convert import error_message_from_body
-from .stt import _Failure, _HTTPClient, _read_some
+from ._http import Failure, HTTPClient, read_some
 
 if TYPE_CHECKING:
     import aiohttp
@@ -41,7 +42,7 @@ SAMPLE_RATE = 24000
 """The rate of the ``pcm`` format, fixed by the API."""
 
 
-class TTS(_HTTPClient, models.TTS):
+class TTS(HTTPClient, models.TTS):
     """OpenAI speech: ``openai.TTS(model="gpt-4o-mini-tts", voice="alloy")``."""
 
     _name = "openai.TTS"
@@ -86,17 +87,8 @@ class TTS(_HTTPClient, models.TTS):
             raise ValueError(f"frame_ms must be positive, got {frame_ms}")
         if speed is not None and not 0.25 <= speed <= 4.0:
             raise ValueError(f"speed must be between 0.25 and 4.0, got {speed}")
-        _HTTPClient.__init__(
-            self,
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            http_session=http_session,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            retry_backoff_cap=retry_backoff_cap,
-        )
+        retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        HTTPClient.__init__(self, api_key, base_url, timeout, extra_headers, http_session, retry)
         models.TTS.__init__(self, sample_rate=SAMPLE_RATE, num_channels=1)
         self._model = model
         self._voice = voice
@@ -152,8 +144,8 @@ class TTS(_HTTPClient, models.TTS):
             try:
                 response = await self._post(url, payload, headers)
                 if response.content_type in ("application/json", "text/html", "text/plain"):
-                    message = error_message_from_body(await _read_some(response))
-                    raise _Failure(
+                    message = error_message_from_body(await read_some(response))
+                    raise Failure(
                         f"{url} answered {response.content_type} instead of audio: {message}",
                         retryable=False,
                     )
@@ -177,7 +169,7 @@ class TTS(_HTTPClient, models.TTS):
                 if tail:
                     yield AudioFrame.from_pcm(tail, SAMPLE_RATE)
                 return
-            except _Failure as failure:
+            except Failure as failure:
                 if delivered:
                     raise TTSError(str(failure), retryable=failure.retryable) from failure
                 wait = await self._next_wait(failure, retries)
