@@ -377,7 +377,7 @@ def as_the_session_decides(
     verdict ends the turn at once unless the transcript trails off (``reads_finished``
     is False); the transcript is Whisper tiny.en's, as in the offline stack."""
     from rejoinder.providers.local import WhisperSTT
-    from rejoinder.session.user_turns import reads_finished
+    from rejoinder.session.hearing.user_turns import reads_finished
 
     async def transcribe() -> list[str]:
         stt = WhisperSTT()

@@ -15,7 +15,7 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.providers.openai import GPTLive
-from rejoinder.session.client_delegation import FAILED_NOTE
+from rejoinder.session.realtime.client_delegation import FAILED_NOTE
 from rejoinder.testing import Delay, Fail, Gate, GPTLiveServer, ScriptedLLM, ToolCall, now
 
 from .realtime_rig import Rig, answer, start_rig, user_asks

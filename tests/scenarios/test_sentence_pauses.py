@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import rejoinder as rj
 from rejoinder.models.sentences import SentenceSplitter, split_sentences
-from rejoinder.session.audio_delivery import QUIET_RELEASE, AudioDelivery
+from rejoinder.session.speech.audio_delivery import QUIET_RELEASE, AudioDelivery
 from rejoinder.testing import (
     Delay,
     MemoryAudioOutput,

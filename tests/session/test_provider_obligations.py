@@ -17,7 +17,7 @@ from rejoinder.models.realtime import (
     ContinuationFailed,
 )
 from rejoinder.session.events import AgentStateChangedEvent, EventEmitter
-from rejoinder.session.provider_obligations import ProviderObligations
+from rejoinder.session.realtime.provider_obligations import ProviderObligations
 from rejoinder.session.turn_state import TurnState
 from rejoinder.testing import advance
 

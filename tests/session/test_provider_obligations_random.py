@@ -29,7 +29,7 @@ from rejoinder.models.realtime import (
     ContinuationFailed,
 )
 from rejoinder.session.events import EventEmitter
-from rejoinder.session.provider_obligations import ProviderObligations
+from rejoinder.session.realtime.provider_obligations import ProviderObligations
 from rejoinder.session.turn_state import TurnState
 
 ANSWER_TIMEOUT = 2.0

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import rejoinder as rj
 from rejoinder.models.audio import AudioFrame
 from rejoinder.models.turn_text import TextEnd, judge_text_end
-from rejoinder.session.turn_end import judge_words
+from rejoinder.session.hearing.turn_end import judge_words
 from rejoinder.testing import (
     MemoryAudioInput,
     MemoryAudioOutput,

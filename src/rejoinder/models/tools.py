@@ -1,7 +1,7 @@
 """What a model needs to know about a tool, and the values a tool can produce.
 
 The executable side (the ``function_tool`` decorator, argument validation, ``RunContext``)
-lives in ``rejoinder.session.tools``; providers only ever see ``ToolDefinition``.
+lives in ``rejoinder.session.tools.function_tool``; providers only ever see ``ToolDefinition``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,27 @@
 """The asyncio runtime: sessions, agents, speeches, tools.
 
-Where things are decided:
+Where things are decided, by folder:
 
-- ``session``: ``AgentSession``, the public entry point (lifecycle, replies, events).
-- ``agent_stack``: which agent is current and *every* switch (handoffs, ``update_agent``,
-  ``AgentTask`` start/completion, nesting) — one transaction, nowhere else.
-- ``activity``: one running agent (its speeches, replies and tool follow-ups), with
-  ``speech_queue`` (one speech at a time), ``tool_runner``, ``delivery`` /
-  ``audio_delivery`` (output and playback truth) and ``agent_record`` (the history).
-- ``context``: the narrow ``SessionContext`` every part is handed instead of the session.
-- ``turn_state``: the only code that talks to the floor (``rejoinder.floor``), which
-  derives every reported state.
-- ``user_turns``: the microphone side (VAD, STT, endpointing, barge-in).
-- ``realtime_driver`` and friends: sessions on realtime/duplex models.
+- ``session.py``: ``AgentSession``, the public entry point (lifecycle, replies, events);
+  ``context.py``: the narrow ``SessionContext`` every part is handed instead of the
+  session; ``turn_state.py``: the only code that talks to the floor (``rejoinder.floor``),
+  which derives every reported state; ``events.py``, ``timeline*.py``, ``metrics_emit.py``,
+  ``usage.py``: what the session reports.
+- ``agents/``: which agent is current and *every* switch (``agent_stack.py``: handoffs,
+  ``update_agent``, ``AgentTask`` start and completion, nesting — one transaction, nowhere
+  else); one running agent and its replies (``activity.py``).
+- ``speech/``: a reply the agent owes (``SpeechHandle``), one at a time, and its delivery
+  to the outputs with the truth of what was played.
+- ``hearing/``: the user's side: turns (VAD, recognition), turn ends (``turn_end.py``),
+  barge-in (``overlap.py``), keypad, mute, replies started early.
+- ``tools/``: ``@function_tool`` and running a call (``runner.py``).
+- ``realtime/``: sessions on realtime and duplex models, where the provider hears and
+  speaks.
 """
 
 from ..models.claims import close_shared, shared
-from .agent import Agent
-from .agent_task import AgentTask
-from .client_delegation import ClientDelegation
+from .agents.agent import Agent
+from .agents.agent_task import AgentTask
 from .events import (
     AgentStateChangedEvent,
     AwayTimerEvent,
@@ -36,14 +39,15 @@ from .events import (
     UserStateChangedEvent,
     UserTurnDiscardedEvent,
 )
-from .keypad import CollectDigits, Digits
-from .run_context import RunContext
+from .hearing.keypad import CollectDigits, Digits
+from .realtime.client_delegation import ClientDelegation
 from .run_result import RunResult
 from .session import AgentSession
-from .speech import SpeechHandle
+from .speech.handle import SpeechHandle
 from .timeline import Timeline
 from .timeline_events import Owed
-from .tools import FunctionTool, function_tool
+from .tools.function_tool import FunctionTool, function_tool
+from .tools.run_context import RunContext
 from .turn_state import ObligationExpiredError
 
 __all__ = [

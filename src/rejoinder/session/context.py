@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..models.tts import TTS
     from ..models.turn_detector import TurnDetector
     from .session import AgentSession
-    from .tools import FunctionTool
+    from .tools.function_tool import FunctionTool
 
 logger = logging.getLogger("rejoinder")
 

@@ -15,7 +15,7 @@ from ..floor import AgentState, UserState
 from ..models import ChatItem, FunctionCall, FunctionCallOutput, Metrics
 
 if TYPE_CHECKING:
-    from .speech import SpeechHandle
+    from .speech.handle import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
 

@@ -28,7 +28,7 @@ class SessionLogFilter(logging.Filter):
     """Adds ``session_id`` and ``agent_id`` to every record (never drops one)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from .activity import running_activity  # the activity module imports a lot
+        from .agents.activity import running_activity  # the activity module imports a lot
 
         record.session_id = session_id.get() or "-"
         activity = running_activity.get()

@@ -25,10 +25,10 @@ from ..models.interruption import InterruptionDetector
 from ..models.metrics import UsageSummary
 from ..models.realtime import RealtimeModel
 from ..models.turn_detector import TurnDetector
-from .activity import AgentActivity, running_activity
-from .agent import Agent
-from .agent_stack import AgentStack
-from .agent_task import running_host
+from .agents.activity import AgentActivity, running_activity
+from .agents.agent import Agent
+from .agents.agent_stack import AgentStack
+from .agents.agent_task import running_host
 from .arguments import MODES, check_free_recognizer, check_options, require
 from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
 from .events import (
@@ -40,21 +40,21 @@ from .events import (
     UserInputTranscribedEvent,
     UserTurnDiscardedEvent,
 )
+from .hearing.user_turns import UserTurns
 from .log_context import session_id as log_session_id
 from .run_result import RunResult
-from .speech import ReplyRequest, SpeechHandle
+from .speech.handle import ReplyRequest, SpeechHandle
 from .timeline import Timeline
 from .timeline_events import Owed, owed_now, record_events
-from .tools import FunctionTool
+from .tools.function_tool import FunctionTool
 from .turn_state import TurnState
 from .usage import UsageCollector
-from .user_turns import UserTurns
 
 if TYPE_CHECKING:
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
-    from .realtime_driver import RealtimeDriver
+    from .realtime.driver import RealtimeDriver
 
 __all__ = ["AgentSession", "SessionInput", "SessionOptions", "SessionOutput"]
 
@@ -267,7 +267,7 @@ class AgentSession(Generic[Userdata]):
         self._events.emit("session_started", SessionStartedEvent(loop.time()))
         if isinstance(self.llm, RealtimeModel):
             # Connected before on_enter runs, so the agent can speak from there.
-            from .realtime_driver import RealtimeDriver
+            from .realtime.driver import RealtimeDriver
 
             self._realtime = RealtimeDriver(
                 ctx, self.llm, agents=agents, close=self._close_from_inside

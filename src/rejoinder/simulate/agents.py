@@ -17,7 +17,7 @@ from ..discover import EntrypointError, _run_file, module_name_for
 from ..models import ToolError
 from ..models.tools import ToolDefinition, ToolResult
 from ..session import Agent, FunctionTool, RunContext
-from ..session.tools import arguments_object
+from ..session.tools.function_tool import arguments_object
 from ..testing import Delay, Fail, ToolCall
 from .scenario import AgentSpec, Scenario, ScenarioError, Step, ToolSpec
 

@@ -33,11 +33,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..models.turn_detector import TurnDetector
+from ...models.turn_detector import TurnDetector
 
 if TYPE_CHECKING:
-    from ..models.audio import AudioFrame
-    from .context import SessionContext
+    from ...models.audio import AudioFrame
+    from ..context import SessionContext
 
 logger = logging.getLogger("rejoinder")
 

@@ -14,7 +14,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from .speech import SpeechHandle
+from .handle import SpeechHandle
 
 FOLLOW_UP = 0
 NORMAL = 1

@@ -30,13 +30,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..models.interruption import Interruption, InterruptionDetector
-from ..models.stt import Transcript
+from ...models.interruption import Interruption, InterruptionDetector
+from ...models.stt import Transcript
 
 if TYPE_CHECKING:
-    from ..models.audio import AudioFrame
-    from .context import SessionContext
-    from .speech import SpeechHandle
+    from ...models.audio import AudioFrame
+    from ..context import SessionContext
+    from ..speech.handle import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
 

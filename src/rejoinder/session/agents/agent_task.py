@@ -27,7 +27,7 @@ import contextvars
 from collections.abc import Generator
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..models import ToolError
+from ...models import ToolError
 from .agent import Agent
 
 T = TypeVar("T")

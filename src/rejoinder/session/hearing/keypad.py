@@ -24,9 +24,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .agent_task import AgentTask
-from .events import DTMFEvent
-from .speech import SpeechHandle
+from ..agents.agent_task import AgentTask
+from ..events import DTMFEvent
+from ..speech.handle import SpeechHandle
 
 __all__ = ["CollectDigits", "Digits"]
 

@@ -17,23 +17,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import aclosing
 from typing import Any
 
-from ..floor import Obligation, ObligationKind
-from ..models import LLM, ChatChunk, ChatItem, ChatMessage, FunctionCall, LLMError, StopResponse
-from ..models.chat import new_id
-from ..models.tts import TTSError
+from ...floor import Obligation, ObligationKind
+from ...models import LLM, ChatChunk, ChatItem, ChatMessage, FunctionCall, LLMError, StopResponse
+from ...models.chat import new_id
+from ...models.tts import TTSError
+from ..context import SessionContext
+from ..events import FunctionToolsExecutedEvent, SpeechCreatedEvent
+from ..hearing.preemptive import Preemptive, speculation_key
+from ..hearing.speculation import Speculation
+from ..metrics_emit import LLMMeter, meter_for, watch_delivery
+from ..speech.delivery import Delivery, OutputError
+from ..speech.handle import ReplyRequest, SpeechHandle
+from ..speech.outputs import new_delivery
+from ..speech.queue import FOLLOW_UP, NORMAL, SpeechQueue
+from ..tools.function_tool import FunctionTool
+from ..tools.runner import ToolCallRun, ToolOutcome, ToolRunner, final_record
 from .agent import Agent
 from .agent_record import AgentRecord
-from .context import SessionContext
-from .delivery import Delivery, OutputError
-from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent
-from .metrics_emit import LLMMeter, meter_for, watch_delivery
-from .outputs import new_delivery
-from .preemptive import Preemptive, speculation_key
-from .speculation import Speculation
-from .speech import ReplyRequest, SpeechHandle
-from .speech_queue import FOLLOW_UP, NORMAL, SpeechQueue
-from .tool_runner import ToolCallRun, ToolOutcome, ToolRunner, final_record
-from .tools import FunctionTool
 
 HandOff = Callable[[Agent, Sequence[Obligation]], Awaitable[None]]
 """The agent stack's ``hand_off``: switch to an agent, closing ``carried`` in the same step."""

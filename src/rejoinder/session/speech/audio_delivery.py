@@ -23,15 +23,15 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ..floor import Obligation
-from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
-from ..models.audio_utils import Resampler
-from ..models.speech_text import SpeechText, clean_for_speech, speech_filter
-from ..models.text import TextOutput
-from ..models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
+from ...floor import Obligation
+from ...models.audio import AudioFrame, AudioOutput, PlaybackFinished
+from ...models.audio_utils import Resampler
+from ...models.speech_text import SpeechText, clean_for_speech, speech_filter
+from ...models.text import TextOutput
+from ...models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
+from ..metrics_emit import TTSMeter
+from ..turn_state import TurnState
 from .delivery import Delivery, OnOutputError, OutputError
-from .metrics_emit import TTSMeter
-from .turn_state import TurnState
 
 QUIET_RELEASE = 0.12
 """Seconds without new text after which a sentence held for the character after its end

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..models import FunctionCall
+from ...models import FunctionCall
 
 if TYPE_CHECKING:
-    from .session import AgentSession
-    from .speech import SpeechHandle
+    from ..session import AgentSession
+    from ..speech.handle import SpeechHandle
 
 Userdata = TypeVar("Userdata")
 

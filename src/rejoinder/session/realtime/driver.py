@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
-from ..models.realtime import (
+from ...floor import SESSION_OWNER, Obligation, ObligationKind
+from ...models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
+from ...models.realtime import (
     AgentAudio,
     AgentAudioEnded,
     AgentAudioPaused,
@@ -43,24 +43,24 @@ from ..models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from ..events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
+from ..hearing.mute import silence_like
+from ..metrics_emit import RealtimeMeter
+from ..speech.handle import SpeechHandle
+from ..tools.function_tool import FunctionTool
+from ..tools.run_context import RunContext
+from ..tools.runner import ToolOutcome, _output, final_record, invoke_tool
 from .client_delegation import ClientDelegations
-from .events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
-from .metrics_emit import RealtimeMeter
-from .mute import silence_like
+from .playout import Burst, RealtimePlayout
 from .provider_obligations import ProviderObligations
-from .realtime_playout import Burst, RealtimePlayout
-from .realtime_record import RealtimeRecord
-from .run_context import RunContext
-from .speech import SpeechHandle
-from .tool_runner import ToolOutcome, _output, final_record, invoke_tool
-from .tools import FunctionTool
+from .record import RealtimeRecord
 
 if TYPE_CHECKING:
-    from ..models.audio import AudioInput, PlaybackFinished
-    from .activity import AgentActivity
-    from .agent import Agent
-    from .agent_stack import AgentStack
-    from .context import SessionContext
+    from ...models.audio import AudioInput, PlaybackFinished
+    from ..agents.activity import AgentActivity
+    from ..agents.agent import Agent
+    from ..agents.agent_stack import AgentStack
+    from ..context import SessionContext
 
 logger = logging.getLogger("rejoinder")
 

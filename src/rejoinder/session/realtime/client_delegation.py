@@ -30,16 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import ChatContext, ChatMessage, FunctionCall, FunctionCallOutput, LLMError
-from .run_context import RunContext
-from .speech import SpeechHandle
-from .tool_runner import invoke_tool
+from ...floor import SESSION_OWNER, Obligation, ObligationKind
+from ...models import ChatContext, ChatMessage, FunctionCall, FunctionCallOutput, LLMError
+from ..speech.handle import SpeechHandle
+from ..tools.run_context import RunContext
+from ..tools.runner import invoke_tool
 
 if TYPE_CHECKING:
-    from ..models.realtime import RealtimeSession
-    from .agent import Agent
-    from .context import SessionContext
+    from ...models.realtime import RealtimeSession
+    from ..agents.agent import Agent
+    from ..context import SessionContext
     from .provider_obligations import ProviderObligations
 
 logger = logging.getLogger("rejoinder")

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..models import ToolDefinition, ToolError
+from ...models import ToolDefinition, ToolError
 from .run_context import RunContext
 
 if TYPE_CHECKING:

@@ -22,12 +22,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from ..floor import Obligation
-from .turn_state import TurnState
+from ...floor import Obligation
+from ..turn_state import TurnState
 
 if TYPE_CHECKING:  # numpy and soxr load on first audio, not with the session
-    from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
-    from ..models.audio_utils import Resampler
+    from ...models.audio import AudioFrame, AudioOutput, PlaybackFinished
+    from ...models.audio_utils import Resampler
 
 
 @dataclass(eq=False)
@@ -61,7 +61,7 @@ _PAUSE = object()
 
 
 def _finished_event(position: float, interrupted: bool) -> PlaybackFinished:
-    from ..models.audio import PlaybackFinished
+    from ...models.audio import PlaybackFinished
 
     return PlaybackFinished(position, interrupted)
 
@@ -249,7 +249,7 @@ class RealtimePlayout:
         if rate is None or frame.sample_rate == rate:
             return frame
         if self._resampler is None:
-            from ..models.audio_utils import Resampler
+            from ...models.audio_utils import Resampler
 
             self._resampler = Resampler(frame.sample_rate, rate, frame.num_channels)
         return self._resampler.push(frame)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..models import LLM, ChatContext, ChatMessage
-from .tools import FunctionTool, find_tools
+from ...models import LLM, ChatContext, ChatMessage
+from ..tools.function_tool import FunctionTool, find_tools
 
 if TYPE_CHECKING:
-    from .client_delegation import ClientDelegation
-    from .session import AgentSession
+    from ..realtime.client_delegation import ClientDelegation
+    from ..session import AgentSession
 
 
 class Agent:

@@ -25,14 +25,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models.realtime import (
+from ...floor import SESSION_OWNER, Obligation, ObligationKind
+from ...models.realtime import (
     BackendResponseEnded,
     BackendResponseStarted,
     ContinuationFailed,
     ToolOutputFate,
 )
-from .turn_state import TurnState
+from ..turn_state import TurnState
 
 logger = logging.getLogger("rejoinder")
 

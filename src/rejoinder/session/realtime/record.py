@@ -15,14 +15,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..models import ChatMessage
-from ..models.realtime import Transcript
-from .realtime_playout import Burst
+from ...models import ChatMessage
+from ...models.realtime import Transcript
+from .playout import Burst
 
 if TYPE_CHECKING:
-    from ..models.text import TextOutput
-    from .agent import Agent
-    from .context import SessionContext
+    from ...models.text import TextOutput
+    from ..agents.agent import Agent
+    from ..context import SessionContext
 
 logger = logging.getLogger("rejoinder")
 

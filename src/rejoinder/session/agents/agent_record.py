@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..models import ChatContext, ChatItem, ChatMessage
-from .speech import Mark
+from ...models import ChatContext, ChatItem, ChatMessage
+from ..speech.handle import Mark
 
 if TYPE_CHECKING:
+    from ..context import SessionContext
+    from ..speech.handle import SpeechHandle
     from .agent import Agent
-    from .context import SessionContext
-    from .speech import SpeechHandle
 
 
 class AgentRecord:

@@ -38,23 +38,23 @@ from collections import deque
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
-from ..floor import SESSION_OWNER, ObligationKind
-from ..models.stt import STT, StreamingSTT, Transcript
-from ..models.turn_detector import TurnDetector
-from .events import UserInputTranscribedEvent
-from .metrics_emit import meter_for
+from ...floor import SESSION_OWNER, ObligationKind
+from ...models.stt import STT, StreamingSTT, Transcript
+from ...models.turn_detector import TurnDetector
+from ..events import UserInputTranscribedEvent
+from ..metrics_emit import meter_for
 from .mute import silence_like
 from .overlap import Overlap
 from .turn_end import judge_words, turn_end_delay
 from .turn_verdict import EarlyVerdict, TurnVerdicts
 
 if TYPE_CHECKING:
-    from ..floor import Obligation
-    from ..models.audio import AudioFrame
-    from ..models.vad import VAD, VADEvent
-    from .activity import AgentActivity
-    from .context import SessionContext
-    from .speech import SpeechHandle
+    from ...floor import Obligation
+    from ...models.audio import AudioFrame
+    from ...models.vad import VAD, VADEvent
+    from ..agents.activity import AgentActivity
+    from ..context import SessionContext
+    from ..speech.handle import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
 

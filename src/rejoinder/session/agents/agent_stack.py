@@ -40,12 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..floor import SESSION_OWNER, Obligation, ObligationKind
-from ..models import AgentHandoff, ToolError
+from ...floor import SESSION_OWNER, Obligation, ObligationKind
+from ...models import AgentHandoff, ToolError
+from ..context import SessionContext
 from .activity import AgentActivity, running_activity
 from .agent import Agent
 from .agent_task import AgentTask, TaskHost
-from .context import SessionContext
 from .task_conversation import answered_calls, merge_conversation
 
 logger = logging.getLogger("rejoinder")

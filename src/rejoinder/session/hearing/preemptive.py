@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Protocol
 
-from ..floor import Obligation
-from ..models import ChatChunk, ChatItem, ChatMessage
-from ..models.tools import ToolDefinition
+from ...floor import Obligation
+from ...models import ChatChunk, ChatItem, ChatMessage
+from ...models.tools import ToolDefinition
 
 logger = logging.getLogger("rejoinder")
 

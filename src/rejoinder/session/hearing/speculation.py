@@ -9,12 +9,12 @@ import logging
 from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import Any
 
-from ..floor import ObligationKind
-from ..models import ChatContext, ChatItem, ChatMessage
-from ..models.llm import LLM
-from .events import SpeculationEvent
+from ...floor import ObligationKind
+from ...models import ChatContext, ChatItem, ChatMessage
+from ...models.llm import LLM
+from ..events import SpeculationEvent
+from ..turn_state import TurnState
 from .preemptive import OfferedTool, Preemptive
-from .turn_state import TurnState
 
 logger = logging.getLogger("rejoinder")
 

@@ -20,9 +20,9 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from ..floor import Obligation
-from ..models.text import TextOutput
-from .turn_state import TurnState
+from ...floor import Obligation
+from ...models.text import TextOutput
+from ..turn_state import TurnState
 
 logger = logging.getLogger("rejoinder")
 

@@ -49,7 +49,7 @@ and a mid-thought pause ("I'd like to book, um, ...") is given well over a secon
 
 from __future__ import annotations
 
-from ..models.turn_text import TextEnd, judge_text_end
+from ...models.turn_text import TextEnd, judge_text_end
 
 __all__ = ["INCOMPLETE_HOLD", "LOW_CONFIDENCE", "MAYBE_HOLD", "judge_words", "turn_end_delay"]
 

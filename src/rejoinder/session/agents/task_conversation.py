@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..models import ChatItem, ChatMessage, FunctionCall, FunctionCallOutput
+from ...models import ChatItem, ChatMessage, FunctionCall, FunctionCallOutput
 
 
 def answered_calls(items: Sequence[ChatItem]) -> frozenset[str]:

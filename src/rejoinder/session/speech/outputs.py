@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..floor import Obligation
+from ...floor import Obligation
 from .delivery import Delivery, OnOutputError, TextDelivery
 
 if TYPE_CHECKING:
-    from .context import SessionContext
+    from ..context import SessionContext
 
 
 def new_delivery(

@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..floor import Obligation, ObligationKind
-from ..models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
-from .events import BackgroundToolFinishedEvent
+from ...floor import Obligation, ObligationKind
+from ...models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
+from ..events import BackgroundToolFinishedEvent
+from .function_tool import FunctionTool
 from .run_context import RunContext
-from .tools import FunctionTool
 
 if TYPE_CHECKING:
-    from .agent import Agent
-    from .context import SessionContext
-    from .speech import SpeechHandle
+    from ..agents.agent import Agent
+    from ..context import SessionContext
+    from ..speech.handle import SpeechHandle
 
 logger = logging.getLogger("rejoinder")
 
@@ -184,7 +184,7 @@ def _output(call: FunctionCall, text: str, *, error: bool = False) -> FunctionCa
 
 
 def _outcome_of(call: FunctionCall, value: Any) -> ToolOutcome:
-    from .agent import Agent  # a tool returning an Agent hands the conversation over
+    from ..agents.agent import Agent  # a tool returning an Agent hands the conversation over
 
     if isinstance(value, Agent):
         return ToolOutcome(

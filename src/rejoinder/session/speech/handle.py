@@ -7,12 +7,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..models import ChatItem, ChatMessage
-from ..models.chat import new_id
+from ...models import ChatItem, ChatMessage
+from ...models.chat import new_id
 
 if TYPE_CHECKING:
-    from ..floor import Obligation
-    from .preemptive import Preemptive
+    from ...floor import Obligation
+    from ..hearing.preemptive import Preemptive
 
 
 @dataclass(frozen=True, slots=True)
