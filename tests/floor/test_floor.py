@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rejoinder.floor import (
+    KINDS,
     SESSION_OWNER,
     AgentStateChanged,
     ArmAwayTimer,
@@ -31,6 +32,7 @@ HOLD = ObligationKind.HOLD
 ANSWER = ObligationKind.ANSWER
 PREEMPTIVE = ObligationKind.PREEMPTIVE
 HANDOFF = ObligationKind.HANDOFF
+DEFERRED = ObligationKind.DEFERRED_REPLY
 
 Agent = AgentStateChanged
 User = UserStateChanged
@@ -38,6 +40,11 @@ Arm = ArmAwayTimer
 CANCEL = CancelAwayTimer()
 Watchdog = ArmWatchdog
 NO_WATCHDOG = CancelWatchdog()
+
+
+def an_outcome(kind: ObligationKind) -> str:
+    """One outcome ``kind`` may close with (``Floor.close`` refuses any other)."""
+    return next(iter(sorted(KINDS[kind].outcomes)))
 
 
 def started(
@@ -83,7 +90,7 @@ def test_initializing_until_start() -> None:
     assert floor.away_deadline is None
     assert floor.start(5.0) == [Agent("initializing", "speaking", 5.0)]
     assert floor.start(6.0) == []  # starting twice changes nothing
-    assert floor.close(reply, 7.0) == [
+    assert floor.close(reply, 7.0, "played") == [
         Agent("speaking", "listening", 7.0),
         Arm(7.0 + AWAY),
         NO_WATCHDOG,
@@ -103,7 +110,7 @@ def test_the_opening_stays_initializing_until_the_first_agent_entered() -> None:
     entering = opened(floor, HANDOFF, 0.0)
     assert floor.agent_state == "initializing"  # entering is the session starting
     assert floor.away_deadline is None
-    assert floor.close(entering, 1.0) == [NO_WATCHDOG]
+    assert floor.close(entering, 1.0, "entered") == [NO_WATCHDOG]
     assert floor.entered(1.0) == [Agent("initializing", "listening", 1.0), Arm(1.0 + AWAY)]
 
 
@@ -114,13 +121,13 @@ def test_a_greeting_ends_the_opening_at_once() -> None:
     entering = opened(floor, HANDOFF, 0.0)
     greeting = floor.obligation(REPLY, owner=A)
     assert floor.open(greeting, 0.5)[0] == Agent("initializing", "thinking", 0.5)
-    floor.close(entering, 0.6)
-    floor.close(greeting, 2.0)
+    floor.close(entering, 0.6, "entered")
+    floor.close(greeting, 2.0, "played")
     assert floor.agent_state == "listening"
     # once it left initializing, the opening is over: a handoff counts as usual
     handoff = opened(floor, HANDOFF, 3.0)
     assert floor.agent_state == "thinking"
-    floor.close(handoff, 4.0)
+    floor.close(handoff, 4.0, "entered")
     assert floor.entered(4.0) == []  # late: nothing to change
 
 
@@ -156,8 +163,8 @@ def test_close_all_closes_everything() -> None:
 def test_close_all_custom_outcome() -> None:
     floor = started()
     reply = opened(floor, REPLY, 1.0)
-    floor.close_all(2.0, outcome="reconnect")
-    assert reply.outcome == "reconnect"
+    floor.close_all(2.0, outcome="discarded")  # one of the reply's own outcomes
+    assert reply.outcome == "discarded"
 
 
 # ------------------------------------------------------------------------------ owners
@@ -202,7 +209,7 @@ def test_set_current_to_another_owner() -> None:
     # B's own obligation counts at once
     reply_b = opened(floor, REPLY, 3.0, owner=B)
     assert floor.agent_state == "thinking"
-    assert floor.close(reply_b, 4.0)[0] == Agent("thinking", "listening", 4.0)
+    assert floor.close(reply_b, 4.0, "played")[0] == Agent("thinking", "listening", 4.0)
     assert floor.set_current(A, 5.0) == [Agent("listening", "thinking", 5.0), CANCEL]
     assert floor.set_current(A, 6.0) == []
 
@@ -245,7 +252,7 @@ def test_session_owner_is_always_live() -> None:
     assert floor.pause(SESSION_OWNER, 5.0) == []  # cannot be paused
     assert floor.remove_owner(A, 6.0) == []
     assert floor.agent_state == "thinking"
-    assert floor.close(backend, 7.0) == [
+    assert floor.close(backend, 7.0, "completed") == [
         Agent("thinking", "listening", 7.0),
         Arm(7.0 + AWAY),
         NO_WATCHDOG,
@@ -285,8 +292,8 @@ def test_remove_owner_custom_outcome_and_forgets_pause() -> None:
     floor.pause(B, 1.0)
     tool_b2 = floor.obligation(TOOL, owner=B)
     floor.open(tool_b2, 1.5)
-    assert floor.remove_owner(B, 2.0, outcome="handoff") == [NO_WATCHDOG]
-    assert tool_b2.outcome == "handoff"
+    assert floor.remove_owner(B, 2.0, outcome="abandoned") == [NO_WATCHDOG]
+    assert tool_b2.outcome == "abandoned"
     # a later activity with the same name starts un-paused
     floor.set_current(B, 3.0)
     assert floor.is_live(B)
@@ -306,7 +313,7 @@ def test_away_deadline_is_quiet_time_plus_timeout() -> None:
     assert floor.away_deadline == AWAY
     reply = opened(floor, REPLY, 5.0)
     assert floor.away_deadline is None
-    assert floor.close(reply, 10.0) == [
+    assert floor.close(reply, 10.0, "played") == [
         Agent("thinking", "listening", 10.0),
         Arm(40.0),
         NO_WATCHDOG,
@@ -395,7 +402,7 @@ def test_opening_a_live_obligation_brings_them_back(kind: ObligationKind) -> Non
     assert User("away", "listening", 40.0) in effects
     assert floor.user_state == "listening"
     assert floor.away_deadline is None
-    assert floor.close(ob, 50.0)[-2:] == [Arm(50.0 + AWAY), NO_WATCHDOG]
+    assert floor.close(ob, 50.0, an_outcome(kind))[-2:] == [Arm(50.0 + AWAY), NO_WATCHDOG]
 
 
 def test_obligation_of_a_non_live_owner_leaves_the_user_away() -> None:
@@ -426,7 +433,7 @@ def test_no_away_timer_without_timeout() -> None:
     floor.set_current(A, 0.0)
     assert floor.start(0.0) == [Agent("initializing", "listening", 0.0)]
     reply = opened(floor, REPLY, 1.0)
-    assert floor.close(reply, 2.0) == [Agent("thinking", "listening", 2.0), NO_WATCHDOG]
+    assert floor.close(reply, 2.0, "played") == [Agent("thinking", "listening", 2.0), NO_WATCHDOG]
     assert floor.user_activity(3.0) == []
     assert floor.away_deadline is None
     assert floor.away_timer_fired(1e9) == []
@@ -490,8 +497,8 @@ def test_watchdog_follows_the_earliest_deadline() -> None:
     assert floor.open(answer, 1.0) == [Watchdog(11.0)]
     tool = floor.obligation(TOOL, owner=A)
     assert floor.open(tool, 2.0) == []  # 602 is later than 11
-    assert floor.close(answer, 3.0) == [Watchdog(300.0)]
-    assert floor.close(reply, 4.0) == [Watchdog(602.0)]
+    assert floor.close(answer, 3.0, "unvoiced") == [Watchdog(300.0)]
+    assert floor.close(reply, 4.0, "played") == [Watchdog(602.0)]
     assert floor.close(tool, 5.0)[-1] == NO_WATCHDOG
 
 
@@ -584,7 +591,7 @@ def test_closing_twice_is_a_no_op() -> None:
     floor = started()
     reply = opened(floor, REPLY, 1.0)
     assert floor.close(reply, 2.0, outcome="interrupted") != []
-    assert floor.close(reply, 3.0, outcome="done") == []
+    assert floor.close(reply, 3.0, outcome="played") == []
     assert reply.outcome == "interrupted"
     assert reply.closed_at == 2.0
 
@@ -593,12 +600,13 @@ def test_close_several_in_one_step() -> None:
     floor = started()
     reply = opened(floor, REPLY, 1.0)
     tool = opened(floor, TOOL, 1.0)
-    assert floor.close([reply, tool], 2.0) == [
+    # "interrupted": an outcome both kinds have
+    assert floor.close([reply, tool], 2.0, "interrupted") == [
         Agent("thinking", "listening", 2.0),
         Arm(32.0),
         NO_WATCHDOG,
     ]
-    assert floor.close((ob for ob in [reply, tool]), 3.0) == []  # any iterable
+    assert floor.close((ob for ob in [reply, tool]), 3.0, "interrupted") == []  # any iterable
 
 
 def test_opening_twice_raises() -> None:
@@ -606,7 +614,7 @@ def test_opening_twice_raises() -> None:
     reply = opened(floor, REPLY, 1.0)
     with pytest.raises(FloorError):
         floor.open(reply, 2.0)
-    floor.close(reply, 3.0)
+    floor.close(reply, 3.0, "played")
     with pytest.raises(FloorError):
         floor.open(reply, 4.0)  # a closed obligation cannot be reopened either
     with pytest.raises(FloorError):
@@ -632,11 +640,15 @@ def test_failed_close_changes_nothing() -> None:
     reply = opened(floor, REPLY, 1.0)
     never = floor.obligation(TOOL, owner=A)
     with pytest.raises(FloorError):
-        floor.close([reply, never], 2.0)
+        floor.close([reply, never], 2.0, "played")
     assert reply.is_open
     assert floor.open_obligations() == [reply]
     assert floor.agent_state == "thinking"
-    assert floor.close(reply, 3.0) == [Agent("thinking", "listening", 3.0), Arm(33.0), NO_WATCHDOG]
+    assert floor.close(reply, 3.0, "played") == [
+        Agent("thinking", "listening", 3.0),
+        Arm(33.0),
+        NO_WATCHDOG,
+    ]
 
 
 def test_failed_hand_over_changes_nothing() -> None:
@@ -659,7 +671,7 @@ def test_hand_over_several_old_obligations() -> None:
     floor.set_audible(reply, True, 1.0)
     t1 = opened(floor, TOOL, 2.0)
     t2 = opened(floor, TOOL, 2.5)
-    floor.close(reply, 3.0)
+    floor.close(reply, 3.0, "played")
     follow_up = floor.obligation(REPLY, owner=A)
     assert floor.hand_over([t1, t2], follow_up, 4.0) == [Watchdog(304.0)]
     assert (t1.outcome, t2.outcome) == ("handed_over", "handed_over")
@@ -674,15 +686,18 @@ def test_hand_over_custom_outcome_and_from_a_closed_obligation() -> None:
     floor.close(tool, 2.0, outcome="failed")
     reply = floor.obligation(REPLY, owner=A)
     # the predecessor already closed (it lost a race): the successor still opens
-    assert floor.hand_over(tool, reply, 3.0, outcome="used") == [
+    assert floor.hand_over(tool, reply, 3.0, outcome="answered") == [
         Agent("listening", "thinking", 3.0),
         CANCEL,
         Watchdog(303.0),
     ]
     assert tool.outcome == "failed"
+    # an open one records the custom outcome (one of its kind's: a reply never hands
+    # over, so a deferred result carried by the next reply)
+    deferred = opened(floor, DEFERRED, 3.5)
     other = floor.obligation(REPLY, owner=A)
-    floor.hand_over(reply, other, 4.0, outcome="used")
-    assert reply.outcome == "used"
+    floor.hand_over(deferred, other, 4.0, outcome="carried")
+    assert deferred.outcome == "carried"
 
 
 def test_hand_over_between_owners() -> None:
@@ -722,7 +737,10 @@ def test_hand_over_uncommits_in_the_same_step() -> None:
     assert tool.is_open
     assert tool.committed is False
     assert floor.agent_state == "thinking"
-    assert floor.close(follow_up, 3.0) == [Agent("thinking", "listening", 3.0), Watchdog(601.0)]
+    assert floor.close(follow_up, 3.0, "played") == [
+        Agent("thinking", "listening", 3.0),
+        Watchdog(601.0),
+    ]
 
 
 def test_uncommitting_a_closed_obligation_is_ignored() -> None:
@@ -730,7 +748,7 @@ def test_uncommitting_a_closed_obligation_is_ignored() -> None:
     tool = opened(floor, TOOL, 1.0)
     reply = opened(floor, REPLY, 1.0)
     floor.close(tool, 2.0)
-    assert floor.close(reply, 3.0, uncommit=[tool]) == [
+    assert floor.close(reply, 3.0, "played", uncommit=[tool]) == [
         Agent("thinking", "listening", 3.0),
         Arm(3.0 + AWAY),
         NO_WATCHDOG,

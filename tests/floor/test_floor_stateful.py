@@ -15,6 +15,12 @@ obligation (output paused for a possible barge-in) is open, (f) an obligation th
 from a yield saw no ``listening`` since it was yielded (a ``listening`` edge is final for
 paused output); and that the reported model, the floor's properties and the expected
 values all agree (so no change goes unreported either).
+
+Its moves are the legal ones of the kinds table (``KindSpec.outcomes``, ``hands_over_to``):
+closes and hand-overs draw outcomes and successor kinds from what each kind allows, so the
+machine keeps exploring interleavings the runtime may produce. Illegal moves (an outcome
+the kind has not, a hand-over to a kind it does not hand over to, calls out of order) have
+rules of their own, which check that the floor raises FloorError and changed nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from rejoinder.floor import (
     UserState,
     UserStateChanged,
 )
+from rejoinder.floor.kinds import FLOOR_OUTCOMES, HANDED_OVER
 
 # A timer callback that fires this close before its deadline still counts (float rounding
 # in the event loop); anything earlier is stale.
@@ -61,7 +68,16 @@ SLACK = 1e-9
 
 KIND_LIST = list(ObligationKind)
 committed_override = st.sampled_from([None, True, False])
-outcomes = st.sampled_from(["done", "interrupted", "failed", "dropped"])
+KIND_OUTCOMES = sorted(frozenset().union(*(spec.outcomes for spec in KINDS.values())))
+"""Every outcome some kind closes with (an illegal move draws one its kind has not)."""
+
+
+def own_outcomes(obs: list[Obligation]) -> list[str]:
+    """The outcomes every one of ``obs`` may close with (``Floor.close``)."""
+    common = frozenset(KIND_OUTCOMES)
+    for ob in obs:
+        common &= KINDS[ob.kind].outcomes
+    return sorted(common)
 
 
 @dataclass
@@ -212,12 +228,15 @@ class FloorMachine(RuleBasedStateMachine):
         self.facts[ob.id] = Fact(ob, expected_committed, self.now + watchdog)
 
     def snapshot(self) -> tuple[object, ...]:
+        current = self.floor.current_owner
         return (
             self.floor.agent_state,
             self.floor.user_state,
             self.floor.away_deadline,
-            self.floor.current_owner,
+            current,
+            current is not None and self.floor.is_live(current),
             [(ob.id, ob.committed, ob.audible, ob.yielded) for ob in self.floor.open_obligations()],
+            [(f.ob.id, f.ob.phase, f.ob.outcome, f.ob.closed_at) for f in self.facts.values()],
         )
 
     # -------------------------------------------------------------------- setup
@@ -270,8 +289,14 @@ class FloorMachine(RuleBasedStateMachine):
         self.started = True
         self.apply(self.floor.start(self.now))
 
-    @rule(outcome=st.sampled_from(["session_closed", "reconnect"]))
-    def close_all(self, outcome: str) -> None:
+    @rule(custom=st.booleans(), data=st.data())
+    def close_all(self, custom: bool, data: st.DataObject) -> None:
+        """As ``session_closed`` or, half the time, another outcome open to every kind or
+        one every open obligation's kind has (a reconnect: ``connection lost``)."""
+        outcome = "session_closed"
+        if custom:
+            common = own_outcomes([f.ob for f in self.open_facts()])
+            outcome = data.draw(st.sampled_from(sorted(FLOOR_OUTCOMES) + common), "outcome")
         for fact in self.open_facts():
             self.close_fact(fact.ob, outcome)
         self.apply(self.floor.close_all(self.now, outcome))
@@ -332,12 +357,17 @@ class FloorMachine(RuleBasedStateMachine):
         first=obligations,
         more=st.lists(obligations, max_size=2),
         split=st.integers(1, 3),
-        outcome=outcomes,
+        data=st.data(),
     )
-    def close(self, first: Obligation, more: list[Obligation], split: int, outcome: str) -> None:
-        """Close ``pool[:split]``, uncommitting the rest of the pool in the same step."""
+    def close(
+        self, first: Obligation, more: list[Obligation], split: int, data: st.DataObject
+    ) -> None:
+        """Close ``pool[:split]`` with an outcome of ``first``'s kind (and of those that
+        share it; the others stay out), uncommitting the rest of the pool in the same step."""
         pool = [first, *more]
-        olds, background = pool[:split], pool[split:]
+        outcome = data.draw(st.sampled_from(sorted(KINDS[first.kind].outcomes)), "outcome")
+        olds = [first] + [ob for ob in pool[1:split] if outcome in KINDS[ob.kind].outcomes]
+        background = pool[split:]
         self.uncommit_facts(background)
         for ob in olds:
             self.close_fact(ob, outcome)
@@ -348,30 +378,43 @@ class FloorMachine(RuleBasedStateMachine):
         first=obligations,
         more=st.lists(obligations, max_size=2),
         split=st.integers(0, 3),
-        kind=st.sampled_from(KIND_LIST),
         committed=committed_override,
         owner=owners,
+        data=st.data(),
     )
     def hand_over(
         self,
         first: Obligation,
         more: list[Obligation],
         split: int,
-        kind: ObligationKind,
         committed: bool | None,
         owner: str,
+        data: st.DataObject,
     ) -> Obligation:
         """Hand ``pool[:split]`` (maybe none) over to a new obligation, uncommitting the
-        rest of the pool in the same step."""
+        rest of the pool in the same step. The new one is of a kind the first of them that
+        hands over at all hands over to, and only those that hand over to it are handed;
+        they close as ``handed_over`` or, now and then, as an outcome of their kinds."""
         pool = [first, *more]
-        olds, background = pool[:split], pool[split:]
+        olds = [ob for ob in pool[:split] if KINDS[ob.kind].hands_over_to]
+        background = pool[split:]
+        if olds:
+            targets = sorted(KINDS[olds[0].kind].hands_over_to)
+            kind = data.draw(st.sampled_from(targets), "kind")
+            olds = [ob for ob in olds if kind in KINDS[ob.kind].hands_over_to]
+        else:
+            kind = data.draw(st.sampled_from(KIND_LIST), "kind")
+        outcome = HANDED_OVER
+        common = own_outcomes(olds)
+        if olds and common:
+            outcome = data.draw(st.sampled_from([HANDED_OVER, HANDED_OVER, *common]), "outcome")
         new = self.floor.obligation(kind, owner=owner, committed=committed)
         self.open_fact(new, committed)
         self.uncommit_facts(background)
         for ob in olds:
-            self.close_fact(ob, "handed_over")
+            self.close_fact(ob, outcome)
         old_arg: Obligation | list[Obligation] = olds[0] if len(olds) == 1 else olds
-        self.apply(self.floor.hand_over(old_arg, new, self.now, uncommit=background))
+        self.apply(self.floor.hand_over(old_arg, new, self.now, outcome, uncommit=background))
         return new
 
     @rule(
@@ -434,6 +477,50 @@ class FloorMachine(RuleBasedStateMachine):
                 call = partial(self.floor.hand_over, [first], new, uncommit=olds)
         before = self.snapshot()
         with pytest.raises(FloorError):
+            call(self.now)
+        assert self.snapshot() == before
+
+    @rule(
+        op=st.sampled_from(
+            ["close", "hand_over", "hand_over_outcome", "remove_owner", "close_all"]
+        ),
+        first=obligations,
+        more=st.lists(obligations, max_size=2),
+        position=st.integers(0, 3),
+        data=st.data(),
+    )
+    def illegal(
+        self, op: str, first: Obligation, more: list[Obligation], position: int, data: st.DataObject
+    ) -> None:
+        """A move the kinds table forbids raises FloorError and changes nothing: ``first``
+        closed with an outcome its kind has not (alone or among others, open or not),
+        handed over to a kind it does not hand over to or with a foreign outcome, or
+        ended so by ``remove_owner``/``close_all`` while it is open."""
+        spec = KINDS[first.kind]
+        foreign = [o for o in KIND_OUTCOMES if o not in spec.outcomes] + ["no such outcome"]
+        outcome = data.draw(st.sampled_from(foreign), "outcome")
+        olds = list(more)
+        olds.insert(min(position, len(olds)), first)
+        if op in ("remove_owner", "close_all") and not first.is_open:
+            op = "close"  # only open obligations are ended so: refuse a close instead
+        if op == "hand_over" or (op == "hand_over_outcome" and not spec.hands_over_to):
+            kind = data.draw(
+                st.sampled_from([k for k in KIND_LIST if k not in spec.hands_over_to]), "kind"
+            )
+            new = self.floor.obligation(kind, owner=SESSION_OWNER)
+            call = partial(self.floor.hand_over, olds, new, uncommit=more)
+        elif op == "hand_over_outcome":
+            outcome = data.draw(st.sampled_from([*foreign, "expired", "owner_closed"]), "outcome")
+            new = self.floor.obligation(sorted(spec.hands_over_to)[0], owner=SESSION_OWNER)
+            call = partial(self.floor.hand_over, olds, new, outcome=outcome, uncommit=more)
+        elif op == "remove_owner":
+            call = partial(self.floor.remove_owner, first.owner, outcome=outcome)
+        elif op == "close_all":
+            call = partial(self.floor.close_all, outcome=outcome)
+        else:
+            call = partial(self.floor.close, olds, outcome=outcome, uncommit=more)
+        before = self.snapshot()
+        with pytest.raises(FloorError, match=r"cannot close as|cannot be handed over"):
             call(self.now)
         assert self.snapshot() == before
 

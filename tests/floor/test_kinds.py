@@ -62,6 +62,11 @@ def due(kind: ObligationKind, opened_at: float) -> float:
     return opened_at + KINDS[kind].watchdog
 
 
+def an_outcome(kind: ObligationKind) -> str:
+    """One outcome ``kind`` may close with (``Floor.close`` refuses any other)."""
+    return next(iter(sorted(KINDS[kind].outcomes)))
+
+
 Obligations = dict[str, Obligation]
 
 
@@ -163,7 +168,7 @@ TOOL_INSIDE_REPLY = [
     # dispatched while the reply carrying it is still audible: still speaking
     Step(3.0, open_("T", TOOL), [], "speaking"),
     # the reply's playout ended, the tool still runs: thinking, never listening
-    Step(4.0, close("R"), [Agent("speaking", "thinking", 4.0), Watchdog(due(TOOL, 3.0))], "thinking"),
+    Step(4.0, close("R", "played"), [Agent("speaking", "thinking", 4.0), Watchdog(due(TOOL, 3.0))], "thinking"),
 ]
 
 SCENARIOS: dict[str, list[Step]] = {
@@ -171,7 +176,7 @@ SCENARIOS: dict[str, list[Step]] = {
     "reply: played to the end": [
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
         Step(2.0, audible("R"), [Agent("thinking", "speaking", 2.0)], "speaking"),
-        Step(5.0, close("R"), [Agent("speaking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(5.0, close("R", "played"), [Agent("speaking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "reply: interrupted before it was heard": [
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
@@ -188,7 +193,7 @@ SCENARIOS: dict[str, list[Step]] = {
         # just a noise; the yielded reply is still owed, so no away timer
         Step(3.5, user_speaking(False), [User("speaking", "listening", 3.5)], "thinking"),
         Step(4.5, yielded("R", False), [Agent("thinking", "speaking", 4.5)], "speaking"),
-        Step(6.0, close("R"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(6.0, close("R", "played"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "reply: yielded, then the barge-in is confirmed": [
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
@@ -201,7 +206,7 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(5.0, user_speaking(False), [User("speaking", "listening", 5.0), Arm(5.0 + AWAY)], "listening"),
         Step(5.0, open_("R2", REPLY), [Agent("listening", "thinking", 5.0), CANCEL, Watchdog(due(REPLY, 5.0))], "thinking"),
         Step(5.5, audible("R2"), [Agent("thinking", "speaking", 5.5)], "speaking"),
-        Step(7.0, close("R2"), [Agent("speaking", "listening", 7.0), Arm(7.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(7.0, close("R2", "played"), [Agent("speaking", "listening", 7.0), Arm(7.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     # tool --------------------------------------------------------------------------------
     "tool: inline, hands over to a follow-up reply": [
@@ -209,16 +214,16 @@ SCENARIOS: dict[str, list[Step]] = {
         # the tool returned and a reply is required: successor opened before release
         Step(6.0, hand_over("T", "F", REPLY), [Watchdog(due(REPLY, 6.0))], "thinking"),
         Step(7.0, audible("F"), [Agent("thinking", "speaking", 7.0)], "speaking"),
-        Step(9.0, close("F"), [Agent("speaking", "listening", 9.0), Arm(9.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(9.0, close("F", "played"), [Agent("speaking", "listening", 9.0), Arm(9.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "tool: finishes before the reply's playout ends": [
         Step(1.0, open_("R", REPLY), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(REPLY, 1.0))], "thinking"),
         Step(2.0, audible("R"), [Agent("thinking", "speaking", 2.0)], "speaking"),
         Step(3.0, open_("T", TOOL), [], "speaking"),
         Step(3.5, hand_over("T", "F", REPLY), [], "speaking"),  # R's deadline is still the earliest
-        Step(4.0, close("R"), [Agent("speaking", "thinking", 4.0), Watchdog(due(REPLY, 3.5))], "thinking"),
+        Step(4.0, close("R", "played"), [Agent("speaking", "thinking", 4.0), Watchdog(due(REPLY, 3.5))], "thinking"),
         Step(4.2, audible("F"), [Agent("thinking", "speaking", 4.2)], "speaking"),
-        Step(6.0, close("F"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(6.0, close("F", "played"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "tool: returns with no reply required": [
         *TOOL_INSIDE_REPLY,
@@ -231,12 +236,12 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(5.0, hand_over([], "F", REPLY, uncommit=["T"]), [Watchdog(due(REPLY, 5.0))], "thinking"),
         Step(6.0, audible("F"), [Agent("thinking", "speaking", 6.0)], "speaking"),
         # the interim reply played; the tool still runs: listening, but not away
-        Step(8.0, close("F"), [Agent("speaking", "listening", 8.0), Watchdog(due(TOOL, 3.0))], "listening"),
+        Step(8.0, close("F", "played"), [Agent("speaking", "listening", 8.0), Watchdog(due(TOOL, 3.0))], "listening"),
         Step(40.0, AWAY_TIMER_FIRED, [], "listening"),
         Step(50.0, hand_over("T", "D", DEFERRED), [Agent("listening", "thinking", 50.0), Watchdog(due(DEFERRED, 50.0))], "thinking"),
         Step(51.0, hand_over("D", "F2", REPLY), [Watchdog(due(REPLY, 51.0))], "thinking"),
         Step(52.0, audible("F2"), [Agent("thinking", "speaking", 52.0)], "speaking"),
-        Step(55.0, close("F2"), [Agent("speaking", "listening", 55.0), Arm(55.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(55.0, close("F2", "played"), [Agent("speaking", "listening", 55.0), Arm(55.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "tool: released to the background, result spoken later": [
         *TOOL_INSIDE_REPLY,
@@ -247,7 +252,7 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(50.0, hand_over("T", "D", DEFERRED), [Agent("listening", "thinking", 50.0), Watchdog(due(DEFERRED, 50.0))], "thinking"),
         Step(51.0, hand_over("D", "F", REPLY), [Watchdog(due(REPLY, 51.0))], "thinking"),
         Step(52.0, audible("F"), [Agent("thinking", "speaking", 52.0)], "speaking"),
-        Step(55.0, close("F"), [Agent("speaking", "listening", 55.0), Arm(55.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(55.0, close("F", "played"), [Agent("speaking", "listening", 55.0), Arm(55.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "tool: released to the background, finishes silently": [
         *TOOL_INSIDE_REPLY,
@@ -260,11 +265,12 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(1.0, open_("D", DEFERRED), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DEFERRED, 1.0))], "thinking"),
         Step(2.0, hand_over("D", "F", REPLY), [Watchdog(due(REPLY, 2.0))], "thinking"),
         Step(3.0, audible("F"), [Agent("thinking", "speaking", 3.0)], "speaking"),
-        Step(5.0, close("F"), [Agent("speaking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(5.0, close("F", "played"), [Agent("speaking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "deferred_reply: the result is dropped": [
         Step(1.0, open_("D", DEFERRED), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DEFERRED, 1.0))], "thinking"),
-        Step(2.0, close("D", "dropped"), [Agent("thinking", "listening", 2.0), Arm(2.0 + AWAY), NO_WATCHDOG], "listening"),
+        # (the table has no "dropped": a deferred reply closes only as "carried")
+        Step(2.0, close("D", "carried"), [Agent("thinking", "listening", 2.0), Arm(2.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     # preemptive --------------------------------------------------------------------------
     "preemptive: discarded": [
@@ -285,7 +291,7 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(2.0, user_speaking(False), [User("speaking", "listening", 2.0)], "listening"),
         Step(2.3, hand_over("P", "R", REPLY), [Agent("listening", "thinking", 2.3), Watchdog(due(REPLY, 2.3))], "thinking"),
         Step(2.4, audible("R"), [Agent("thinking", "speaking", 2.4)], "speaking"),
-        Step(4.0, close("R"), [Agent("speaking", "listening", 4.0), Arm(4.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(4.0, close("R", "played"), [Agent("speaking", "listening", 4.0), Arm(4.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     # hold --------------------------------------------------------------------------------
     "hold: released": [
@@ -306,8 +312,11 @@ SCENARIOS: dict[str, list[Step]] = {
         # the utterance ended and is being recognized: no reply promised (a cough?), but
         # the user is not away while their words are worked on
         Step(2.0, open_("S", RECOGNITION), [CANCEL, Watchdog(due(RECOGNITION, 2.0))], "listening"),
-        Step(29.0, hand_over("S", "R", REPLY), [Agent("listening", "thinking", 29.0), Watchdog(due(REPLY, 29.0))], "thinking"),
-        Step(31.0, close("R"), [Agent("thinking", "listening", 31.0), Arm(31.0 + AWAY), NO_WATCHDOG], "listening"),
+        # the transcript is in: the turn's reply opens, then the recognition closes (a
+        # recognition never hands over), with no listening between
+        Step(29.0, open_("R", REPLY), [Agent("listening", "thinking", 29.0)], "thinking"),
+        Step(29.0, close("S", "transcribed"), [Watchdog(due(REPLY, 29.0))], "thinking"),
+        Step(31.0, close("R", "played"), [Agent("thinking", "listening", 31.0), Arm(31.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "recognition: no words in it": [
         Step(2.0, open_("S", RECOGNITION), [CANCEL, Watchdog(due(RECOGNITION, 2.0))], "listening"),
@@ -321,9 +330,11 @@ SCENARIOS: dict[str, list[Step]] = {
     "handoff: a tool hands the user over; the new agent's greeting takes the debt over": [
         *TOOL_INSIDE_REPLY,
         Step(5.0, hand_over("T", "H", HANDOFF), [Watchdog(due(HANDOFF, 5.0))], "thinking"),
-        Step(6.0, hand_over("H", "G", REPLY), [Watchdog(due(REPLY, 6.0))], "thinking"),
+        # on_enter queues the greeting, then returns (a handoff hands over only to a handoff)
+        Step(6.0, open_("G", REPLY), [], "thinking"),
+        Step(6.0, close("H", "entered"), [Watchdog(due(REPLY, 6.0))], "thinking"),
         Step(6.5, audible("G"), [Agent("thinking", "speaking", 6.5)], "speaking"),
-        Step(8.0, close("G"), [Agent("speaking", "listening", 8.0), Arm(8.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(8.0, close("G", "played"), [Agent("speaking", "listening", 8.0), Arm(8.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "handoff: the new agent enters silently": [
         *TOOL_INSIDE_REPLY,
@@ -342,7 +353,7 @@ SCENARIOS: dict[str, list[Step]] = {
         # the next audible agent speech starts
         Step(9.0, hand_over("A", "F", REPLY), [Watchdog(due(REPLY, 9.0))], "thinking"),
         Step(9.0, audible("F"), [Agent("thinking", "speaking", 9.0)], "speaking"),
-        Step(12.0, close("F"), [Agent("speaking", "listening", 12.0), Arm(12.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(12.0, close("F", "played"), [Agent("speaking", "listening", 12.0), Arm(12.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "provider_continuation: the provider fails": [
         *TOOL_INSIDE_REPLY,
@@ -352,18 +363,21 @@ SCENARIOS: dict[str, list[Step]] = {
     "backend_response: two tool calls, one combined continuation": [
         Step(1.0, open_("B", BACKEND), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(BACKEND, 1.0))], "thinking"),
         Step(3.0, open_("T1", TOOL), [], "thinking"),
-        Step(3.0, hand_over("B", "T2", TOOL), [Watchdog(due(TOOL, 3.0))], "thinking"),
+        # the response completed with a second call (a backend response hands over only
+        # to an answer): the call's tool opens, then the response closes
+        Step(3.0, open_("T2", TOOL), [], "thinking"),
+        Step(3.0, close("B", "completed"), [Watchdog(due(TOOL, 3.0))], "thinking"),
         Step(4.0, hand_over(["T1", "T2"], "C", CONTINUATION), [Watchdog(due(CONTINUATION, 4.0))], "thinking"),
         Step(5.0, hand_over("C", "B2", BACKEND), [Watchdog(due(BACKEND, 5.0))], "thinking"),
         Step(7.0, hand_over("B2", "A", ANSWER), [Watchdog(due(ANSWER, 7.0))], "thinking"),
         Step(7.5, hand_over("A", "F", REPLY), [Watchdog(due(REPLY, 7.5))], "thinking"),
         Step(7.5, audible("F"), [Agent("thinking", "speaking", 7.5)], "speaking"),
-        Step(10.0, close("F"), [Agent("speaking", "listening", 10.0), Arm(10.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(10.0, close("F", "played"), [Agent("speaking", "listening", 10.0), Arm(10.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "backend_response: reasoning longer than the away timeout, then fails": [
         Step(1.0, open_("B", BACKEND), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(BACKEND, 1.0))], "thinking"),
         Step(30.0, AWAY_TIMER_FIRED, [], "thinking"),
-        Step(45.0, close("B", "failed"), [Agent("thinking", "listening", 45.0), Arm(45.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(45.0, close("B", "response failed"), [Agent("thinking", "listening", 45.0), Arm(45.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "answer: no audio comes, the bounded wait expires": [
         Step(1.0, open_("B", BACKEND), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(BACKEND, 1.0))], "thinking"),
@@ -376,7 +390,7 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(2.0, hand_over("B", "A", ANSWER), [Watchdog(due(ANSWER, 2.0))], "thinking"),
         Step(2.5, hand_over("A", "R", REPLY), [Watchdog(due(REPLY, 2.5))], "thinking"),
         Step(2.5, audible("R"), [Agent("thinking", "speaking", 2.5)], "speaking"),
-        Step(4.0, close("R"), [Agent("speaking", "listening", 4.0), Arm(4.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(4.0, close("R", "played"), [Agent("speaking", "listening", 4.0), Arm(4.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "client_delegation: our answer takes longer than the away timeout, is sent, then voiced": [
         Step(1.0, open_("D", DELEGATION), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DELEGATION, 1.0))], "thinking"),
@@ -384,7 +398,7 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(40.0, hand_over("D", "A", ANSWER), [Watchdog(due(ANSWER, 40.0))], "thinking"),
         Step(41.0, hand_over("A", "R", REPLY), [Watchdog(due(REPLY, 41.0))], "thinking"),
         Step(41.0, audible("R"), [Agent("thinking", "speaking", 41.0)], "speaking"),
-        Step(43.0, close("R"), [Agent("speaking", "listening", 43.0), Arm(43.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(43.0, close("R", "played"), [Agent("speaking", "listening", 43.0), Arm(43.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "client_delegation: the answer fails": [
         Step(1.0, open_("D", DELEGATION), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(DELEGATION, 1.0))], "thinking"),
@@ -412,12 +426,12 @@ def test_every_kind_has_a_scenario() -> None:
 def test_hand_overs_record_their_outcome() -> None:
     _, obs = run(SCENARIOS["provider_continuation: tool output -> backend -> answer -> reply"])
     assert [obs[n].outcome for n in ("R", "T", "C", "B", "A", "F")] == [
-        "done",
+        "played",
         "handed_over",
         "handed_over",
         "handed_over",
         "handed_over",
-        "done",
+        "played",
     ]
     # each successor was opened at the instant its predecessor closed
     for old, new in [("T", "C"), ("C", "B"), ("B", "A"), ("A", "F")]:
@@ -447,7 +461,7 @@ def test_committed_kind_alone_is_thinking(kind: ObligationKind) -> None:
     # fmt: off
     _, obs = run([
         Step(1.0, open_("X", kind), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(kind, 1.0))], "thinking"),
-        Step(2.0, close("X"), [Agent("thinking", "listening", 2.0), Arm(2.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(2.0, close("X", an_outcome(kind)), [Agent("thinking", "listening", 2.0), Arm(2.0 + AWAY), NO_WATCHDOG], "listening"),
     ])
     # fmt: on
     assert obs["X"].committed is True
@@ -460,7 +474,7 @@ def test_uncommitted_kind_alone_is_listening_without_away_timer(kind: Obligation
         [
             Step(1.0, open_("X", kind), [CANCEL, Watchdog(due(kind, 1.0))], "listening"),
             Step(AWAY, AWAY_TIMER_FIRED, [], "listening"),
-            Step(40.0, close("X"), [Arm(40.0 + AWAY), NO_WATCHDOG], "listening"),
+            Step(40.0, close("X", an_outcome(kind)), [Arm(40.0 + AWAY), NO_WATCHDOG], "listening"),
         ]
     )
 
@@ -478,7 +492,7 @@ def test_committed_override(kind: ObligationKind, override: bool) -> None:
     _, obs = run(
         [
             Step(1.0, open_("X", kind, committed=override), opened, state),
-            Step(2.0, close("X"), closed, "listening"),
+            Step(2.0, close("X", an_outcome(kind)), closed, "listening"),
         ]
     )
     assert obs["X"].committed is override

@@ -76,14 +76,6 @@ def close(name: str, outcome: str = "interrupted") -> Call:
     return lambda floor, obs, at: floor.close(obs[name], at, outcome)
 
 
-def hand_over(old: str, new: str, kind: ObligationKind) -> Call:
-    def call(floor: Floor, obs: Obligations, at: float) -> list[Effect]:
-        obs[new] = floor.obligation(kind, owner=A, label=new)
-        return floor.hand_over(obs[old], obs[new], at)
-
-    return call
-
-
 def user(speaking: bool) -> Call:
     return lambda floor, obs, at: floor.set_user_speaking(speaking, at)
 
@@ -138,7 +130,7 @@ TABLES: dict[str, list[Step]] = {
         # neither listening nor an away timer
         Step(3.5, user(False), [User("speaking", "listening", 3.5)], "thinking"),
         Step(4.94, flag("yielded", "R", False), [Agent("thinking", "speaking", 4.94)], "speaking"),
-        Step(6.0, close("R", "done"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
+        Step(6.0, close("R", "played"), [Agent("speaking", "listening", 6.0), Arm(6.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
     "a real interruption: listening once the reply is closed, while the user talks": [
         *HEARD,
@@ -180,9 +172,11 @@ TABLES: dict[str, list[Step]] = {
         Step(3.5, user(False), [User("speaking", "listening", 3.5)], "thinking"),
         Step(5.0, close("R"), [Agent("thinking", "listening", 5.0), Arm(5.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
-    "a paused reply handed over to a tool: thinking throughout": [
+    # (a reply never hands over: the tool opens while the paused reply is still owed)
+    "a tool opened over a paused reply, which then closes: thinking throughout": [
         *HEARD,
-        Step(3.5, hand_over("R", "T", TOOL), [due(TOOL, 3.5)], "thinking", "speaking"),
+        Step(3.5, open_("T", TOOL), [], "thinking", "speaking"),
+        Step(3.5, close("R"), [due(TOOL, 3.5)], "thinking", "speaking"),
         Step(4.0, close("T", "done"), [Agent("thinking", "listening", 4.0), NO_WATCHDOG], "listening", "speaking"),
     ],
     "the session closes over a paused reply": [

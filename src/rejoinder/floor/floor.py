@@ -50,7 +50,7 @@ from .effects import (
     UserState,
     UserStateChanged,
 )
-from .kinds import KINDS, ObligationKind
+from .kinds import FLOOR_OUTCOMES, HANDED_OVER, KINDS, ObligationKind
 from .obligation import SESSION_OWNER, Obligation, Phase
 
 # Timers are set by the runtime for exactly the deadline we gave; a callback that fires a
@@ -137,7 +137,9 @@ class Floor:
 
     def close_all(self, now: float, outcome: str = "session_closed") -> list[Effect]:
         """Close every open obligation (the session is ending; so is its opening)."""
-        for ob in list(self._open.values()):
+        open_ones = list(self._open.values())
+        _require_outcomes(open_ones, outcome, FLOOR_OUTCOMES)  # a FloorError changes nothing
+        for ob in open_ones:
             self._close(ob, now, outcome)
         self._opening = False
         return self._derive(now)
@@ -161,9 +163,10 @@ class Floor:
 
     def remove_owner(self, owner: str, now: float, outcome: str = "owner_closed") -> list[Effect]:
         """Forget an activity; whatever it still owed is closed."""
-        for ob in list(self._open.values()):
-            if ob.owner == owner:
-                self._close(ob, now, outcome)
+        owed = [ob for ob in self._open.values() if ob.owner == owner]
+        _require_outcomes(owed, outcome, FLOOR_OUTCOMES)  # a FloorError changes nothing
+        for ob in owed:
+            self._close(ob, now, outcome)
         self._paused.discard(owner)
         if self._current == owner:
             self._current = None
@@ -206,8 +209,11 @@ class Floor:
         uncommit: Iterable[Obligation] = (),
     ) -> list[Effect]:
         """Close one or several obligations in one step. Closing a closed one does nothing.
-        ``uncommit`` obligations stay open but stop being committed in the same step."""
+        ``uncommit`` obligations stay open but stop being committed in the same step.
+        ``outcome`` must be one of each obligation's kind (``KindSpec.outcomes``), closed
+        ones included: a wrong outcome is a bug even where it would change nothing."""
         olds, background = _opened(obs), _opened(uncommit)  # a FloorError changes nothing
+        _require_outcomes(olds, outcome)
         self._uncommit(background)
         for ob in olds:
             self._close(ob, now, outcome)
@@ -224,8 +230,11 @@ class Floor:
     ) -> list[Effect]:
         """Open ``new`` and close ``old`` in one step: no state can be derived between them.
         ``uncommit`` obligations (work that goes on in the background now that ``new``
-        carries the reply) stop being committed in the same step."""
+        carries the reply) stop being committed in the same step. Each of ``old`` must be
+        of a kind that hands over to ``new``'s (``KindSpec.hands_over_to``)."""
         olds, background = _opened(old), _opened(uncommit)  # a FloorError changes nothing
+        _require_hand_over(olds, new)
+        _require_outcomes(olds, outcome, {HANDED_OVER})
         self._open_one(new, now)
         self._uncommit(background)
         for ob in olds:
@@ -386,6 +395,29 @@ class Floor:
 
 def _as_list(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:
     return [obs] if isinstance(obs, Obligation) else list(obs)
+
+
+def _require_outcomes(obs: Iterable[Obligation], outcome: str, also: Iterable[str] = ()) -> None:
+    """``outcome`` is one each obligation's kind may close with (or one of ``also``)."""
+    also = frozenset(also)
+    for ob in obs:
+        allowed = KINDS[ob.kind].outcomes | also
+        if outcome not in allowed:
+            raise FloorError(
+                f"{ob!r} cannot close as {outcome!r}: an obligation of kind {ob.kind.value} "
+                f"closes as one of {', '.join(repr(o) for o in sorted(allowed))}"
+            )
+
+
+def _require_hand_over(olds: Iterable[Obligation], new: Obligation) -> None:
+    for ob in olds:
+        targets = KINDS[ob.kind].hands_over_to
+        if new.kind not in targets:
+            to = ", ".join(sorted(k.value for k in targets)) or "nothing"
+            raise FloorError(
+                f"{ob!r} cannot be handed over to {new!r}: an obligation of kind "
+                f"{ob.kind.value} hands over to {to}"
+            )
 
 
 def _require_positive(value: float, what: str) -> None:
