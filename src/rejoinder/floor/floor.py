@@ -234,7 +234,7 @@ class Floor:
         of a kind that hands over to ``new``'s (``KindSpec.hands_over_to``)."""
         olds, background = _opened(old), _opened(uncommit)  # a FloorError changes nothing
         _require_hand_over(olds, new)
-        _require_outcomes(olds, outcome, {HANDED_OVER})
+        _require_outcomes(olds, outcome, _HANDED_OVER)
         self._open_one(new, now)
         self._uncommit(background)
         for ob in olds:
@@ -397,12 +397,18 @@ def _as_list(obs: Obligation | Iterable[Obligation]) -> list[Obligation]:
     return [obs] if isinstance(obs, Obligation) else list(obs)
 
 
-def _require_outcomes(obs: Iterable[Obligation], outcome: str, also: Iterable[str] = ()) -> None:
+_HANDED_OVER = frozenset({HANDED_OVER})
+
+
+def _require_outcomes(
+    obs: Iterable[Obligation], outcome: str, also: frozenset[str] = frozenset()
+) -> None:
     """``outcome`` is one each obligation's kind may close with (or one of ``also``)."""
-    also = frozenset(also)
+    if outcome in also:
+        return
     for ob in obs:
-        allowed = KINDS[ob.kind].outcomes | also
-        if outcome not in allowed:
+        if outcome not in KINDS[ob.kind].outcomes:  # on every close: no set built here
+            allowed = KINDS[ob.kind].outcomes | also
             raise FloorError(
                 f"{ob!r} cannot close as {outcome!r}: an obligation of kind {ob.kind.value} "
                 f"closes as one of {', '.join(repr(o) for o in sorted(allowed))}"
