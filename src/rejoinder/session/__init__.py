@@ -14,7 +14,8 @@ Where things are decided, by folder:
   to the outputs with the truth of what was played.
 - ``hearing/``: the user's side: turns (VAD, recognition), turn ends (``turn_end.py``),
   barge-in (``overlap.py``), keypad, mute, replies started early.
-- ``tools/``: ``@function_tool`` and running a call (``runner.py``).
+- ``tools/``: ``@function_tool``; one call on any path (``invocation.py``); the
+  pipeline's calls and their obligations (``runner.py``).
 - ``realtime/``: sessions on realtime and duplex models, where the provider hears and
   speaks.
 """

@@ -31,7 +31,8 @@ from ..speech.handle import ReplyRequest, SpeechHandle
 from ..speech.outputs import new_delivery
 from ..speech.queue import FOLLOW_UP, NORMAL, SpeechQueue
 from ..tools.function_tool import FunctionTool
-from ..tools.runner import ToolCallRun, ToolOutcome, ToolRunner, final_record
+from ..tools.invocation import ToolOutcome, final_record, offered_tools
+from ..tools.runner import ToolCallRun, ToolRunner
 from .agent import Agent
 from .agent_record import AgentRecord
 
@@ -373,7 +374,7 @@ class AgentActivity:
     def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
         if step >= self._ctx.options.max_tool_steps:
             return {}
-        return {t.name: t for t in (*self._ctx.tools, *self.agent.tools)}
+        return offered_tools(self._ctx, self.agent)
 
     # ------------------------------------------------------ preemptive replies
 

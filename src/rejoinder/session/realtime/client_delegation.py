@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...floor import SESSION_OWNER, Obligation, ObligationKind
 from ...models import ChatContext, ChatMessage, FunctionCall, FunctionCallOutput, LLMError
 from ..speech.handle import SpeechHandle
-from ..tools.run_context import RunContext
-from ..tools.runner import invoke_tool
+from ..tools.invocation import ToolInvocation, offered_tools
 
 if TYPE_CHECKING:
     from ...models.realtime import RealtimeSession
@@ -79,7 +78,7 @@ class ClientDelegation:
                 "Agent(llm=...) or override on_delegation()"
             )
         ctx = self._ctx
-        tools = {t.name: t for t in (*ctx.tools, *self.agent.tools)}
+        tools = offered_tools(ctx, self.agent)
         definitions = [t.definition for t in tools.values()]
         context = self.chat_ctx.copy()
         steps = ctx.options.max_tool_steps
@@ -98,7 +97,10 @@ class ClientDelegation:
             for call in calls:
                 context.append(call)
                 self._record(call)
-                outcome = await invoke_tool(ctx, call, tools.get(call.name), _context(ctx, call))
+                invocation = ToolInvocation(
+                    ctx, call, tools.get(call.name), _no_speech(), _not_released(call)
+                )
+                outcome = await invocation.run()
                 context.append(outcome.output)
                 self._record(outcome.output)
         raise LLMError("the delegated answer used up max_tool_steps without a final text")
@@ -212,16 +214,17 @@ def _model_context(agent: Agent) -> ChatContext:
     return ChatContext([ChatMessage(role="system", content=agent.instructions), *agent.chat_ctx])
 
 
-def _context(ctx: SessionContext, call: FunctionCall) -> RunContext[Any]:
+def _no_speech() -> SpeechHandle:
+    """A delegated answer's tools are carried by no speech of the session's."""
+    return SpeechHandle.played_out(source="delegation_tool")
+
+
+def _not_released(call: FunctionCall) -> Callable[[str], Awaitable[None]]:
     async def release(message: str) -> None:
         # A delegated answer waits for its tools: there is no one to release them to.
         logger.debug("%s: ctx.update(%r) in a delegated answer is not released", call.name, message)
 
-    handle = SpeechHandle(allow_interruptions=True, source="delegation_tool")
-    handle._mark_done()
-    return RunContext(
-        session=ctx.session, speech_handle=handle, function_call=call, release=release
-    )
+    return release
 
 
 def _short(exc: BaseException) -> str:

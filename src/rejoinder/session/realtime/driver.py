@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...floor import SESSION_OWNER, Obligation, ObligationKind
 from ...models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
@@ -47,9 +47,13 @@ from ..events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTr
 from ..hearing.mute import silence_like
 from ..metrics_emit import RealtimeMeter
 from ..speech.handle import SpeechHandle
-from ..tools.function_tool import FunctionTool
-from ..tools.run_context import RunContext
-from ..tools.runner import ToolOutcome, _output, final_record, invoke_tool
+from ..tools.invocation import (
+    ToolInvocation,
+    ToolOutcome,
+    call_output,
+    final_record,
+    offered_tools,
+)
 from .client_delegation import ClientDelegations
 from .playout import Burst, RealtimePlayout
 from .provider_obligations import ProviderObligations
@@ -339,11 +343,9 @@ class RealtimeDriver:
         self.obligations.tool_called(
             call.call_id, call.name, event.delegation_id, owner=activity.id
         )
-        agent = activity.agent
-        tools = {t.name: t for t in (*self._ctx.tools, *agent.tools)}
-        self._ctx.spawn(self._run_tool(call, tools.get(call.name)))
+        self._ctx.spawn(self._run_tool(call, activity.agent))
 
-    async def _run_tool(self, call: FunctionCall, tool: FunctionTool | None) -> None:
+    async def _run_tool(self, call: FunctionCall, agent: Agent) -> None:
         background: list[Obligation] = []
 
         async def release(message: str) -> None:
@@ -358,17 +360,14 @@ class RealtimeDriver:
             background.append(ob)
             # The provider gets the interim result now; the final one comes later as
             # context and a reply, like a pipeline's deferred reply.
-            self._answer(call, ToolOutcome(_output(call, message), reply_required=True))
+            self._answer(call, ToolOutcome(call_output(call, message), reply_required=True))
 
         # The provider voices this call's answer itself; there is no speech of ours to
         # wait for, so the handle a tool sees is already played out.
-        handle = SpeechHandle(allow_interruptions=True, source="realtime_tool")
-        handle._mark_done()
-        context: RunContext[Any] = RunContext(
-            session=self._ctx.session, speech_handle=handle, function_call=call, release=release
-        )
+        handle = SpeechHandle.played_out(source="realtime_tool")
+        invocation = ToolInvocation.offered(self._ctx, agent, call, handle, release)
         try:
-            outcome = await invoke_tool(self._ctx, call, tool, context)
+            outcome = await invocation.run()
         except asyncio.CancelledError:
             self.obligations.tool_abandoned(call.call_id)
             self._state.close(background, "cancelled")
@@ -413,8 +412,7 @@ class RealtimeDriver:
         self._ctx.record(item)
 
     def _definitions(self, agent: Agent) -> Sequence[ToolDefinition]:
-        tools = {t.name: t for t in (*self._ctx.tools, *agent.tools)}
-        return [t.definition for t in tools.values()]
+        return [t.definition for t in offered_tools(self._ctx, agent).values()]
 
     def _activity(self) -> AgentActivity:
         activity = self._agents.current

@@ -83,6 +83,15 @@ class SpeechHandle:
         handle._mark_done()
         return handle
 
+    @classmethod
+    def played_out(cls, *, source: str) -> SpeechHandle:
+        """A speech that is over before it began: what a tool sees when no speech of the
+        session's carries its call (a realtime provider voices the answer itself; a
+        delegated answer is the application's)."""
+        handle = cls(allow_interruptions=True, source=source)
+        handle._mark_done()
+        return handle
+
     # ------------------------------------------------------------------ public
 
     @property
