@@ -172,3 +172,37 @@ def test_audio_names_load_numpy_on_first_use() -> None:
         "frame = rj.AudioFrame; print(before, 'numpy' in sys.modules, frame.__module__)"
     )
     assert _run(code).stdout.split() == ["False", "True", "rejoinder.models.audio"]
+
+
+REALTIME = ["rejoinder.models.realtime", "rejoinder.session.realtime.client_delegation"]
+
+
+def test_a_text_session_never_loads_the_realtime_engine() -> None:
+    code = (
+        "import asyncio, json, sys, rejoinder as rj\n"
+        "from rejoinder.testing import ScriptedLLM\n"
+        "async def main():\n"
+        "    session = rj.AgentSession(llm=ScriptedLLM(['hi']))\n"
+        "    await session.start(rj.Agent(instructions='x'))\n"
+        "    await session.generate_reply(user_input='hello')\n"
+        "    await session.aclose()\n"
+        "asyncio.run(main())\n"
+        f"print(json.dumps([m for m in {REALTIME!r} if m in sys.modules]))"
+    )
+    assert json.loads(_run(code).stdout.splitlines()[-1]) == []
+
+
+def test_realtime_names_load_on_first_use() -> None:
+    code = (
+        "import sys, rejoinder as rj; before = 'rejoinder.models.realtime' in sys.modules; "
+        "names = (rj.RealtimeModel, rj.RealtimeSession, rj.RealtimeError, rj.FallbackRealtime, "
+        "rj.ClientDelegation); "
+        "print(before, 'rejoinder.models.realtime' in sys.modules, names[0].__module__, "
+        "names[4].__module__)"
+    )
+    assert _run(code).stdout.split() == [
+        "False",
+        "True",
+        "rejoinder.models.realtime",
+        "rejoinder.session.realtime.client_delegation",
+    ]

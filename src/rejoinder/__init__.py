@@ -3,8 +3,11 @@
 Heavy optional dependencies (HTTP clients, audio engines) are imported lazily by the
 providers that need them, so ``import rejoinder`` stays fast. The model interfaces
 (``LLM``, ``STT``, ``TTS``, ``VAD``) are plain ABCs and load eagerly; the audio names
-(numpy) load on first use through ``_LAZY``.
+(numpy) and the realtime names (``RealtimeModel``, ``ClientDelegation``, ...: the realtime
+engine, which a text or pipeline session never uses) load on first use through ``_LAZY``.
 """
+
+from typing import TYPE_CHECKING
 
 from .io.text import ConsoleTextOutput, MemoryTextOutput, TextOutput
 from .models import (
@@ -19,7 +22,6 @@ from .models import (
     ChatMessage,
     EOUMetrics,
     FallbackLLM,
-    FallbackRealtime,
     FallbackSTT,
     FallbackTTS,
     FunctionCall,
@@ -29,10 +31,7 @@ from .models import (
     LLMError,
     LLMMetrics,
     Metrics,
-    RealtimeError,
     RealtimeMetrics,
-    RealtimeModel,
-    RealtimeSession,
     StopResponse,
     STTError,
     STTMetrics,
@@ -56,7 +55,6 @@ from .session import (
     AgentTask,
     AwayTimerEvent,
     BackgroundToolFinishedEvent,
-    ClientDelegation,
     CloseEvent,
     CollectDigits,
     ConversationItemAddedEvent,
@@ -84,8 +82,19 @@ from .session import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from .models import FallbackRealtime, RealtimeError, RealtimeModel, RealtimeSession
+    from .models.audio import AudioFrame, AudioInput, AudioOutput, PlaybackFinished
+    from .session import ClientDelegation
+
 # Audio names pull in numpy: load them on first use so text-only programs start fast.
 _LAZY = {
+    # Realtime models and client delegations: only sessions on a realtime model use them.
+    "ClientDelegation": "rejoinder.session",
+    "FallbackRealtime": "rejoinder.models",
+    "RealtimeError": "rejoinder.models",
+    "RealtimeModel": "rejoinder.models",
+    "RealtimeSession": "rejoinder.models",
     "AudioFrame": "rejoinder.models.audio",
     "AudioInput": "rejoinder.models.audio",
     "AudioOutput": "rejoinder.models.audio",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
+from ..models import is_realtime_model
 from ..models.audio import AudioFrame, AudioInput
 from ..models.chat import ChatMessage, FunctionCall, FunctionCallOutput, new_id
 from ..models.text import TextOutput
@@ -512,9 +513,7 @@ class _TimelineFeed:
 
 
 def _is_realtime(session: AgentSession[Any]) -> bool:
-    from ..models.realtime import RealtimeModel
-
-    return isinstance(session.llm, RealtimeModel)
+    return is_realtime_model(session.llm)
 
 
 def _hears(session: AgentSession[Any]) -> bool:

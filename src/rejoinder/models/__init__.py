@@ -1,4 +1,12 @@
-"""Provider-neutral model interfaces."""
+"""Provider-neutral model interfaces.
+
+The realtime names (``RealtimeModel``, ``RealtimeSession``, ``RealtimeError``,
+``FallbackRealtime``) load on first use: a text or pipeline session never needs them, and
+they are about a tenth of ``import rejoinder``.
+"""
+
+import sys
+from typing import TYPE_CHECKING, TypeGuard
 
 from .chat import (
     AgentHandoff,
@@ -31,14 +39,42 @@ from .metrics import (
     UsageSummary,
     VoiceLatencyMetrics,
 )
-from .realtime import RealtimeError, RealtimeModel, RealtimeSession
-from .realtime_fallback import FallbackRealtime
 from .stt import STT, StreamingSTT, STTError, Transcript
 from .text import TextOutput
 from .tools import StopResponse, ToolDefinition, ToolError, ToolResult
 from .tts import TTS, StreamingTTS, TTSError, TTSStream, WordTiming
 from .turn_detector import TurnDetector, TurnDetectorError
 from .vad import VAD, VADEvent, VADStream
+
+if TYPE_CHECKING:
+    from .realtime import RealtimeError, RealtimeModel, RealtimeSession
+    from .realtime_fallback import FallbackRealtime
+
+_LAZY = {
+    "RealtimeError": ".realtime",
+    "RealtimeModel": ".realtime",
+    "RealtimeSession": ".realtime",
+    "FallbackRealtime": ".realtime_fallback",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def is_realtime_model(model: object) -> "TypeGuard[RealtimeModel]":
+    """Whether ``model`` is a ``RealtimeModel``, without loading the realtime interfaces:
+    nothing is an instance of a class whose module was never imported."""
+    realtime = sys.modules.get(f"{__name__}.realtime")
+    return realtime is not None and isinstance(model, realtime.RealtimeModel)
+
 
 __all__ = [
     "LLM",
@@ -93,4 +129,5 @@ __all__ = [
     "VoiceLatencyMetrics",
     "WordTiming",
     "is_backchannel",
+    "is_realtime_model",
 ]

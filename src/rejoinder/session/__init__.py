@@ -20,6 +20,8 @@ Where things are decided, by folder:
   speaks.
 """
 
+from typing import TYPE_CHECKING
+
 from ..models.claims import close_shared, shared
 from .agents.agent import Agent
 from .agents.agent_task import AgentTask
@@ -41,7 +43,6 @@ from .events import (
     UserTurnDiscardedEvent,
 )
 from .hearing.keypad import CollectDigits, Digits
-from .realtime.client_delegation import ClientDelegation
 from .run_result import RunResult
 from .session import AgentSession
 from .speech.handle import SpeechHandle
@@ -84,3 +85,18 @@ __all__ = [
     "function_tool",
     "shared",
 ]
+
+
+if TYPE_CHECKING:
+    from .realtime.client_delegation import ClientDelegation
+
+
+def __getattr__(name: str) -> object:
+    # The realtime engine loads when a session first uses a realtime model: a text or
+    # pipeline program never imports it (nor rejoinder.models.realtime).
+    if name == "ClientDelegation":
+        from .realtime.client_delegation import ClientDelegation
+
+        globals()[name] = ClientDelegation
+        return ClientDelegation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

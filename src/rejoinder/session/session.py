@@ -18,12 +18,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
-from ..models import LLM, ChatContext
+from ..models import LLM, ChatContext, is_realtime_model
 from ..models.chat import new_id
 from ..models.claims import ModelClaims
 from ..models.interruption import InterruptionDetector
 from ..models.metrics import UsageSummary
-from ..models.realtime import RealtimeModel
 from ..models.turn_detector import TurnDetector
 from .agents.activity import AgentActivity, running_activity
 from .agents.agent import Agent
@@ -51,6 +50,7 @@ from .turn_state import TurnState
 from .usage import UsageCollector
 
 if TYPE_CHECKING:
+    from ..models.realtime import RealtimeModel
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
@@ -265,7 +265,7 @@ class AgentSession(Generic[Userdata]):
         await ready
         state.start()
         self._events.emit("session_started", SessionStartedEvent(loop.time()))
-        if isinstance(self.llm, RealtimeModel):
+        if is_realtime_model(self.llm):
             # Connected before on_enter runs, so the agent can speak from there.
             from .realtime.driver import RealtimeDriver
 
