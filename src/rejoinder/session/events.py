@@ -175,6 +175,9 @@ class EventEmitter:
     """Synchronous fan-out. A failing callback is logged and never breaks the session."""
 
     _handlers: dict[str, list[Callback]] = field(default_factory=dict)
+    _taps: list[tuple[frozenset[str], Callable[[str, object], object]]] = field(
+        default_factory=list
+    )
 
     def on(self, name: EventName, callback: C | None = None) -> Any:
         """Register ``callback`` for ``name``; without a callback, return a decorator."""
@@ -188,12 +191,23 @@ class EventEmitter:
         self._handlers.setdefault(name, []).append(callback)
         return callback
 
+    def tap(self, names: frozenset[str], callback: Callable[[str, object], object]) -> None:
+        """Register ``callback(name, event)`` for each of the events ``names``, before
+        their handlers (the session's own recorders: one callback for all their kinds)."""
+        self._taps.append((names, callback))
+
     def off(self, name: EventName, callback: Callback) -> None:
         handlers = self._handlers.get(name, [])
         if callback in handlers:
             handlers.remove(callback)
 
     def emit(self, name: EventName, event: object) -> None:
+        for names, tap in self._taps:
+            if name in names:
+                try:
+                    tap(name, event)
+                except Exception:
+                    logger.exception("recording %r failed", name)
         handlers = self._handlers.get(name)
         if not handlers:
             return

@@ -360,7 +360,7 @@ class AgentSession(Generic[Userdata]):
             async with asyncio.TaskGroup() as tg:
                 ctx.open_scope(tg)
                 ready.set_result(None)
-                await asyncio.Event().wait()  # cancelled by aclose
+                await asyncio.get_running_loop().create_future()  # cancelled by aclose
         except* Exception as group:  # a bug escaped a task: report it, then close
             for exc in group.exceptions:
                 logger.error("session task failed", exc_info=exc)

@@ -27,13 +27,46 @@ OnUnstarted = Callable[[SpeechHandle], None]
 """A speech whose task was cancelled before its first step: resolve it."""
 
 
+class _Flag:
+    """An ``asyncio.Event`` for one waiter: the queue's own ``run``. An Event allocates a
+    waiter deque (about 380 bytes) whether anyone waits or not; every idle agent has two
+    of these, so they count in a session's memory."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self, value: bool = False) -> None:
+        self._set = value
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        assert self._waiter is None, "a _Flag has one waiter"
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 class SpeechQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, SpeechHandle]] = []
         self._seq = itertools.count()
-        self._wake = asyncio.Event()
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._wake = _Flag()
+        self._resumed = _Flag(True)
         self.current: SpeechHandle | None = None
         """The speech whose output is being delivered."""
         self._running: set[SpeechHandle] = set()
