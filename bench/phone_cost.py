@@ -75,6 +75,9 @@ class PhoneServer(Server):
         exe = Path(sys.executable).parent / "rejoinder"
         command = [str(exe), "serve", str(AGENT), "--port", str(self.port)]
         command += ["--max-sessions", str(max_sessions), "--drain-timeout", "2"]
+        # What a session costs is measured, not whether the machine can take one more:
+        # admission by load (on by default) would refuse clients past its estimate.
+        command += ["--max-load", "0"]
         command += ["--telephony", "twilio"]
         env = {**os.environ, "REJOINDER_BENCH_VAD": vad}
         env.pop("TWILIO_AUTH_TOKEN", None)  # no webhook here: the media socket is open

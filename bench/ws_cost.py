@@ -82,6 +82,9 @@ class Server(ServedProcess):
         exe = Path(sys.executable).parent / "rejoinder"
         command = [str(exe), "serve", str(AGENT), "--port", str(port)]
         command += ["--max-sessions", str(max_sessions), "--drain-timeout", "2"]
+        # What a session costs is measured, not whether the machine can take one more:
+        # admission by load (on by default) would refuse clients past its estimate.
+        command += ["--max-load", "0"]
         if bare:
             command = [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port)]
         env = {**os.environ, "REJOINDER_BENCH_VAD": vad}
