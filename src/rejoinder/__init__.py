@@ -9,6 +9,7 @@ engine, which a text or pipeline session never uses) load on first use through `
 
 from typing import TYPE_CHECKING
 
+from ._lazy import lazy_names
 from .io.text import ConsoleTextOutput, MemoryTextOutput, TextOutput
 from .models import (
     LLM,
@@ -102,16 +103,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rejoinder' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 __all__ = [
     "LLM",

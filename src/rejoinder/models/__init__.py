@@ -8,6 +8,7 @@ they are about a tenth of ``import rejoinder``.
 import sys
 from typing import TYPE_CHECKING, TypeGuard
 
+from .._lazy import lazy_names
 from .chat import (
     AgentHandoff,
     ChatContext,
@@ -58,15 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
 def is_realtime_model(model: object) -> "TypeGuard[RealtimeModel]":

@@ -22,6 +22,7 @@ Where things are decided, by folder:
 
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ..models.claims import close_shared, shared
 from .agents.agent import Agent
 from .agents.agent_task import AgentTask
@@ -91,12 +92,6 @@ if TYPE_CHECKING:
     from .realtime.client_delegation import ClientDelegation
 
 
-def __getattr__(name: str) -> object:
-    # The realtime engine loads when a session first uses a realtime model: a text or
-    # pipeline program never imports it (nor rejoinder.models.realtime).
-    if name == "ClientDelegation":
-        from .realtime.client_delegation import ClientDelegation
-
-        globals()[name] = ClientDelegation
-        return ClientDelegation
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The realtime engine loads when a session first uses a realtime model: a text or
+# pipeline program never imports it (nor rejoinder.models.realtime).
+__getattr__ = lazy_names(__name__, globals(), {"ClientDelegation": ".realtime.client_delegation"})
