@@ -183,12 +183,19 @@ async def test_a_spoken_turn_and_a_barge_in_with_the_offline_stack() -> None:
     assert isinstance(cut, TranscriptMessage) and cut.interrupted
     cleared = [r for r in client.reports if r.cleared]
     history = sessions[0].history.messages()
-    # (seen twice under make test's two workers: two clears 1.15 s apart, the second an
-    # onset verdict over a new reply, as if the turn ended at the pause after "Wait, stop,"
-    # and the agent's answer was talked over by the last "stop." Say what was heard and
-    # decided, whole: a str message is not shortened the way a repr is.)
+    # The story is stopped once, by the barge-in's onset. A second clear is right only
+    # when the barge-in was heard as two turns: on a busy machine the turn can end at the
+    # pause after "Wait," (a complete sentence), and "stop." then stops the reply to
+    # "Wait." (seen under two workers, and once with the test alone). Say what was heard
+    # and decided, whole: a str message is not shortened the way a repr is.
     said_then = [(m.role, m.content, m.interrupted) for m in history]
-    assert len(cleared) == 1 and client.dropped > 0, f"{cleared}\n{said_then}\n{overlaps}"
+    why = f"{cleared}\n{said_then}\n{overlaps}"
+    story = overlaps[0]["speech_id"]  # the backchannel's overlap was over the story
+    story_stops = [e for e in overlaps if e["event"] == "interrupt" and e["speech_id"] == story]
+    assert len(story_stops) == 1 and client.dropped > 0, why
+    story_at = next(i for i, m in enumerate(history) if m.role == "assistant" and m.interrupted)
+    turns_after_story = [m for m in history[story_at + 1 :] if m.role == "user"]
+    assert len(cleared) == 1 or (len(cleared) == 2 and len(turns_after_story) == 2), why
     heard = [m for m in history if m.role == "assistant" and m.interrupted]
     assert len(heard) == 1 and heard[0].content == cut.text
     assert heard[0].content and LONG.startswith(heard[0].content)
