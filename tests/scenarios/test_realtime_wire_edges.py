@@ -124,7 +124,7 @@ async def test_continuous_silence_round_trip_states_and_bounded_answer(
         assert rig.timeline.agent_states(since=t1) == ["listening", "thinking", "listening"]
         assert rig.owed == 0
         # Nothing accumulates from the silence (the burst detector holds no audio).
-        live_session = rig.session._realtime.provider_session  # type: ignore[attr-defined]
+        live_session = rig.session._engine.provider_session  # type: ignore[attr-defined]
         detector = live_session._state._bursts
         assert not detector.in_burst
         assert detector._held_samples == 0 and detector._held == []
@@ -339,7 +339,7 @@ async def test_expired_session_while_a_tool_runs_reconnects_and_the_result_is_co
     assert len(told) == 1 and "18 C and sunny in Oslo" in told[0]["content"]
     assert rig.owed == 0
     assert rig.errors == []
-    assert rig.session._realtime.provider_session.usage_seconds == 12.0  # type: ignore[union-attr]
+    assert rig.session._engine.provider_session.usage_seconds == 12.0  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------- refusals
@@ -378,7 +378,7 @@ async def test_error_for_a_context_append_does_not_end_running_work(
     await user_asks(server, rig, "Plan my day.")
     t0 = now()
     await server.response_created("dlg_1", "resp_1")
-    rig.session._realtime.provider_session.add_context("note")  # type: ignore[union-attr]
+    rig.session._engine.provider_session.add_context("note")  # type: ignore[union-attr]
     ctx = await server.wait_for("session.thinking.append")
     await server.error("too long", code="invalid_value", client_event_id=ctx["event_id"])
     await rig.settle(1.0)

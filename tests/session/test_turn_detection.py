@@ -270,7 +270,7 @@ async def test_each_turn_is_judged_on_its_own_audio_within_the_window() -> None:
 async def test_manual_turns_are_never_judged() -> None:
     detector = ScriptedTurnDetector([0.9])
     async with Call(detector) as c:
-        c.session._user_turns.manual = True  # type: ignore[union-attr]
+        c.session._engine._user_turns.manual = True  # type: ignore[union-attr]
         await c.speak(1.0)
         await c.mic.push_silence(2.0)
         assert detector.calls == []

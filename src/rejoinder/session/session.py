@@ -24,25 +24,18 @@ from ..models.claims import ModelClaims
 from ..models.interruption import InterruptionDetector
 from ..models.metrics import UsageSummary
 from ..models.turn_detector import TurnDetector
-from .agents.activity import AgentActivity, running_activity
+from .agents.activity import AgentActivity
 from .agents.agent import Agent
 from .agents.agent_stack import AgentStack
 from .agents.agent_task import running_host
 from .arguments import MODES, check_free_recognizer, check_options, require
 from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
-from .events import (
-    CloseEvent,
-    DTMFEvent,
-    EventEmitter,
-    EventName,
-    SessionStartedEvent,
-    UserInputTranscribedEvent,
-    UserTurnDiscardedEvent,
-)
-from .hearing.user_turns import UserTurns
+from .engine import Engine
+from .events import CloseEvent, DTMFEvent, EventEmitter, EventName, SessionStartedEvent
 from .log_context import session_id as log_session_id
+from .pipeline import PipelineEngine
 from .run_result import RunResult
-from .speech.handle import ReplyRequest, SpeechHandle
+from .speech.handle import SpeechHandle
 from .timeline import Timeline
 from .timeline_events import Owed, owed_now, record_events
 from .tools.function_tool import FunctionTool
@@ -54,7 +47,6 @@ if TYPE_CHECKING:
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
-    from .realtime.driver import RealtimeDriver
 
 __all__ = ["AgentSession", "SessionInput", "SessionOptions", "SessionOutput"]
 
@@ -134,8 +126,8 @@ class AgentSession(Generic[Userdata]):
         self._agents: AgentStack | None = None
         self._root: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
-        self._user_turns: UserTurns | None = None
-        self._realtime: RealtimeDriver | None = None
+        self._engine: Engine | None = None
+        """How the session hears and answers (the one place that knows which engine)."""
         self._models = ModelClaims()
         """This session's claim on its models, from start to close (the last closes them)."""
         self._close_reason: str | None = None
@@ -265,18 +257,9 @@ class AgentSession(Generic[Userdata]):
         await ready
         state.start()
         self._events.emit("session_started", SessionStartedEvent(loop.time()))
-        if is_realtime_model(self.llm):
-            # Connected before on_enter runs, so the agent can speak from there.
-            from .realtime.driver import RealtimeDriver
-
-            self._realtime = RealtimeDriver(
-                ctx, self.llm, agents=agents, close=self._close_from_inside
-            )
+        engine = self._engine = self._new_engine(ctx, agents)
         try:
-            if self._realtime is not None:
-                await self._realtime.start(agent, self.input.audio)
-            await agents.start(agent)
-            self._start_listening(ctx, agents)
+            await engine.start(agent, self.input.audio)
         except BaseException:
             await self.aclose()
             raise
@@ -285,25 +268,16 @@ class AgentSession(Generic[Userdata]):
         # is seen thinking, without a listening pulse before it.
         loop.call_soon(lambda: None if ctx.closing else state.entered())
 
-    def _agent_changed(self, agent: Agent) -> None:
-        if self._realtime is not None:
-            self._realtime.agent_changed(agent)
+    def _new_engine(self, ctx: SessionContext, agents: AgentStack) -> Engine:
+        if is_realtime_model(self.llm):
+            from .realtime.engine import RealtimeEngine
 
-    def _start_listening(self, ctx: SessionContext, agents: AgentStack) -> None:
-        """Run the microphone side when there is a microphone to listen to (a realtime
-        model hears the microphone itself)."""
-        if self.input.audio is None or self._realtime is not None:
-            return
-        if self.vad is None or self.stt is None:
-            raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
-        self._user_turns = UserTurns(
-            ctx,
-            self.vad,
-            self.stt,
-            current=lambda: agents.current,
-            on_turn=self._user_turn_completed,
-        )
-        ctx.spawn(self._user_turns.run(self.input.audio))
+            return RealtimeEngine(ctx, self.llm, agents=agents, close=self._close_from_inside)
+        return PipelineEngine(ctx, agents, vad=self.vad, stt=self.stt)
+
+    def _agent_changed(self, agent: Agent) -> None:
+        if self._engine is not None:
+            self._engine.agent_changed(agent)
 
     @property
     def input_muted(self) -> bool:
@@ -322,37 +296,21 @@ class AgentSession(Generic[Userdata]):
             return
         ctx.input_muted = muted
         ctx.state.note("input", muted=muted)
-        if self._realtime is not None:
-            self._realtime.input_muted(muted)
+        if self._engine is not None:
+            self._engine.input_muted(muted)
 
     def unmute_input(self) -> None:
         self.mute_input(False)
 
     def commit_user_turn(self) -> None:
         """End the user's turn now (manual turn control)."""
-        if self._user_turns is not None:
-            self._user_turns.commit()
+        if self._engine is not None:
+            self._engine.commit_user_turn()
 
     def clear_user_turn(self) -> None:
         """Drop what the user said in the turn in progress."""
-        if self._user_turns is not None:
-            self._user_turns.clear()
-
-    def _user_turn_completed(self, text: str) -> None:
-        activity = self._activity
-        if activity is None or self._is_closing():
-            return
-        current = activity.current_speech
-        if current is not None and not current.done() and not current.allow_interruptions:
-            # Nothing is kept for later: a stale answer after the speech would be wrong.
-            logger.info("user turn %r discarded: it ended during an uninterruptible reply", text)
-            reason = "it ended while a reply that may not be interrupted was playing"
-            state = self._turn_state
-            state.report("user_turn_discarded", UserTurnDiscardedEvent(text, reason, state.now()))
-            activity.discard_preemptive("the turn was discarded")
-            return
-        activity.interrupt()
-        self._reply_to_user(text, source="user_turn", report_transcript=False)
+        if self._engine is not None:
+            self._engine.clear_user_turn()
 
     async def _supervise(self, ctx: SessionContext, ready: asyncio.Future[None]) -> None:
         """The session's scope. It runs until ``aclose`` cancels it."""
@@ -403,8 +361,8 @@ class AgentSession(Generic[Userdata]):
         ctx = self._ctx
         if self._agents is not None:
             await self._agents.close()
-        if ctx is not None and self._realtime is not None:
-            await ctx.bounded(self._realtime.aclose(), "closing the realtime connection")
+        if self._engine is not None:
+            await self._engine.aclose()
         if ctx is not None and self._root is not None:
             self._root.cancel()
             await ctx.bounded(asyncio.wait((self._root,)), "closing the session")
@@ -479,16 +437,7 @@ class AgentSession(Generic[Userdata]):
     def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
         require(text, str, "say() text")
         require(allow_interruptions, (bool, type(None)), "allow_interruptions")
-        if self._realtime is not None and self.tts is None:
-            raise RuntimeError(
-                "say() speaks text through a TTS; this session's realtime model voices its "
-                "own replies: use generate_reply(instructions=...) or give the session a tts="
-            )
-        if self._closing_while_running():
-            return self._unsaid("say", text)
-        return self._speaking_activity().create_speech(
-            source="say", text=text, allow_interruptions=allow_interruptions
-        )
+        return self._started_engine().say(text, allow_interruptions)
 
     def generate_reply(
         self,
@@ -500,53 +449,10 @@ class AgentSession(Generic[Userdata]):
         require(user_input, (str, type(None)), "user_input")
         require(instructions, (str, type(None)), "instructions")
         require(allow_interruptions, (bool, type(None)), "allow_interruptions")
-        if self._closing_while_running():
-            return self._unsaid("generate_reply", user_input)
-        if self._realtime is not None:
-            self._running_activity()  # raises if the session is not running
-            return self._realtime.generate_reply(instructions, user_input)
-        if user_input is None:
-            return self._speaking_activity().create_speech(
-                source="generate_reply",
-                request=ReplyRequest(instructions=instructions),
-                allow_interruptions=allow_interruptions,
-            )
-        # Typed input is what the user said, final: report it like a transcript.
-        return self._reply_to_user(
-            user_input,
-            source="generate_reply",
-            report_transcript=True,
+        return self._started_engine().generate_reply(
+            user_input=user_input,
             instructions=instructions,
             allow_interruptions=allow_interruptions,
-        )
-
-    def _reply_to_user(
-        self,
-        text: str,
-        *,
-        source: str,
-        report_transcript: bool,
-        instructions: str | None = None,
-        allow_interruptions: bool | None = None,
-    ) -> SpeechHandle:
-        activity = self._running_activity()
-        self._turn_state.user_activity()
-        if report_transcript:
-            self._events.emit(
-                "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
-            )
-        message = activity.add_user_message(text)
-        prepared = activity.claim_preemptive() if source == "user_turn" else None
-        return activity.create_speech(
-            source=source,
-            request=ReplyRequest(
-                user_message=message, instructions=instructions, prepared=prepared
-            ),
-            allow_interruptions=allow_interruptions,
-            user_initiated=True,
-            # The reply takes the speculative work over (or, if it no longer matches,
-            # cancels it): either way the preemptive obligation ends here.
-            hand_over_from=[prepared.obligation] if prepared is not None else None,
         )
 
     async def run(self, *, user_input: str) -> RunResult:
@@ -588,15 +494,11 @@ class AgentSession(Generic[Userdata]):
 
     def interrupt(self) -> asyncio.Future[None]:
         """Interrupt what the agent is saying; await the result to know it stopped."""
-        activity = self._activity
-        if activity is None:
+        if self._engine is None:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
-        activity.discard_preemptive("interrupted")
-        if self._realtime is not None:
-            self._realtime.interrupt()
-        return activity.interrupt()
+        return self._engine.interrupt()
 
     @contextmanager
     def hold(self, label: str = "hold") -> Iterator[None]:
@@ -611,41 +513,15 @@ class AgentSession(Generic[Userdata]):
     # ------------------------------------------------------------- internal
 
     def _running_agents(self) -> AgentStack:
-        if self._agents is None or self._ctx is None or not self._ctx.running:
+        if self._agents is None:
             raise RuntimeError("the session is not running (call start() first)")
-        if self._is_closing():
-            raise RuntimeError("the session is closing")
+        self._agents.require_running()
         return self._agents
 
-    def _running_activity(self) -> AgentActivity:
-        activity = self._running_agents().current
-        if activity is None:
+    def _started_engine(self) -> Engine:
+        if self._engine is None:
             raise RuntimeError("the session is not running (call start() first)")
-        return activity
-
-    def _speaking_activity(self) -> AgentActivity:
-        """Who says what an agent's own code asks for: that agent (from its tools and
-        hooks; a paused agent's speech waits until it resumes, and one that was replaced
-        says nothing more), or the current agent (from anywhere else: application code,
-        an ``on_exit``). What the user says always goes to the current agent."""
-        current = self._running_activity()
-        mine = running_activity.get()
-        if mine is None or mine is current or mine.session_context is not self._ctx:
-            return current
-        if mine.closed:
-            raise RuntimeError(f"{mine.agent.id} is no longer the current agent")
-        return mine
-
-    @staticmethod
-    def _unsaid(source: str, text: str | None) -> SpeechHandle:
-        """What the agent asks to say while the session closes (a greeting racing a
-        client that left at once): nothing is said, and that is no error."""
-        logger.info("%s() not spoken: the session is closing", source)
-        return SpeechHandle.unsaid(source=source, text=text)
-
-    def _closing_while_running(self) -> bool:
-        """Closing, not yet closed: what is asked for now is dropped, not refused."""
-        return self._is_closing() and self._ctx is not None and self._ctx.running
+        return self._engine
 
     def _is_closing(self) -> bool:
         return self._close_task is not None

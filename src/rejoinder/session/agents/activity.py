@@ -30,6 +30,7 @@ from ..speech.delivery import Delivery, OutputError
 from ..speech.handle import ReplyRequest, SpeechHandle
 from ..speech.outputs import new_delivery
 from ..speech.queue import FOLLOW_UP, NORMAL, SpeechQueue
+from ..speech.run import SpeechRun
 from ..tools.function_tool import FunctionTool
 from ..tools.invocation import ToolOutcome, final_record, offered_tools
 from ..tools.runner import ToolCallRun, ToolRunner
@@ -151,12 +152,11 @@ class AgentActivity:
         self.discard_preemptive("the agent left")
         self._speeches.drop()
         speech = self._speeches.current
-        if speech is None or speech._playout.done():
+        if speech is None or not speech.playing:
             return None
-        reply = speech._reply_ob
-        if not finish_audible or reply is None or not reply.audible:
-            speech._interrupt()  # unheard (or closing): stopped, not finished
-        return speech._playout
+        if not finish_audible or not speech.audible:
+            speech.interrupt()  # unheard (or closing): stopped, not finished
+        return speech.playout
 
     def pause(self) -> asyncio.Future[None] | None:
         """A task is current: deliver nothing until ``resume``. The speech being
@@ -165,10 +165,10 @@ class AgentActivity:
         self._speeches.pause()
         self.discard_preemptive("a task started")
         speech = self._speeches.current
-        if speech is None or speech._playout.done():
+        if speech is None or not speech.playing:
             return None
-        speech._cut()
-        return speech._playout
+        speech.cut()
+        return speech.playout
 
     def resume(self) -> None:
         self._speeches.resume()
@@ -184,6 +184,12 @@ class AgentActivity:
 
     @property
     def current_speech(self) -> SpeechHandle | None:
+        speech = self._speeches.current
+        return None if speech is None else speech.handle
+
+    @property
+    def current_run(self) -> SpeechRun | None:
+        """The speech being delivered, for what hears the user over it (barge-in)."""
         return self._speeches.current
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -242,17 +248,10 @@ class AgentActivity:
             text=text,
             request=request,
         )
-        reply = self._state.new(ObligationKind.REPLY, self.id, label=f"{source} {handle.id}")
-        expire = lambda: handle._interrupt()  # noqa: E731 - the watchdog stops a stuck reply
-        if hand_over_from or uncommit:
-            self._state.hand_over(
-                hand_over_from or [], reply, on_expire=expire, uncommit=uncommit or []
-            )
-        else:
-            self._state.open_new(reply, on_expire=expire)
-        handle._reply_ob = reply
-        handle._on_discard = lambda: self._state.close(reply, "discarded")
-        self._speeches.push(handle, priority)
+        run = SpeechRun(
+            self._state, handle, self.id, hand_over_from=hand_over_from, uncommit=uncommit
+        )
+        self._speeches.push(run, priority)
         self._ctx.events.emit("speech_created", SpeechCreatedEvent(handle, source, user_initiated))
         return handle
 
@@ -273,59 +272,56 @@ class AgentActivity:
             return True
         return False
 
-    def _never_started(self, speech: SpeechHandle) -> None:
+    @staticmethod
+    def _never_started(speech: SpeechRun) -> None:
         # Cancelled before its first step: _run_speech never ran its cleanup.
-        if speech._reply_ob is not None:
-            self._state.close(speech._reply_ob, "interrupted")
-        speech._mark_done()
+        speech.never_started()
 
     # ----------------------------------------------------------- one speech
 
-    async def _run_speech(self, speech: SpeechHandle) -> None:
-        speech._started = True
-        speech._began = self._record.mark()
-        reply = speech._reply_ob
-        assert reply is not None
+    async def _run_speech(self, speech: SpeechRun) -> None:
+        speech.begin(self._record.mark())
+        reply = speech.reply
         delivery = self._new_delivery(reply)
-        watch_delivery(self._ctx, delivery, speech.id)
+        watch_delivery(self._ctx, delivery, speech.handle.id)
         runs: list[ToolCallRun] = []
         chained = False
         try:
-            if not speech._cutting:
+            if not speech.cutting:
                 try:
                     await self._produce(speech, reply, delivery, runs)
                     await delivery.finish()
                 except asyncio.CancelledError:
-                    if not speech._take_cut():
+                    if not speech.take_cut():
                         raise
             # A cut (paused for a task, or the listener left) ends the output, not the tools.
-            cut = speech._cutting or delivery.cut_short
-            self._end_playout(speech, reply, delivery, interrupted=cut)
+            cut = speech.cutting or delivery.cut_short
+            self._end_playout(speech, delivery, interrupted=cut)
             if runs:
                 chained = await self._settle_tools(speech, runs)
         except asyncio.CancelledError:
-            self._abandon(speech, reply, delivery, runs, "interrupted")
+            self._abandon(speech, delivery, runs, "interrupted")
             raise
         except Exception as exc:
             source = _error_source(exc)
-            logger.warning("reply %s failed (%s): %s", speech.id, source, exc)
+            logger.warning("reply %s failed (%s): %s", speech.handle.id, source, exc)
             self._ctx.emit_error(exc, source=source, recoverable=True)
-            self._abandon(speech, reply, delivery, runs, "failed")
+            self._abandon(speech, delivery, runs, "failed")
         finally:
             if not chained:
-                speech._mark_done()
+                speech.finished()
 
     async def _produce(
         self,
-        speech: SpeechHandle,
+        speech: SpeechRun,
         reply: Obligation,
         delivery: Delivery,
         runs: list[ToolCallRun],
     ) -> None:
-        request = speech._request
+        request = speech.request
         if request is None:
-            if speech._text:
-                await delivery.push_text(speech._text)
+            if speech.text:
+                await delivery.push_text(speech.text)
             return
         if request.user_message is not None:
             try:
@@ -340,7 +336,7 @@ class AgentActivity:
             self._state.close(self._deferred, "carried")
             self._deferred = []
         tools = self._offered_tools(request.step)
-        meter = LLMMeter(llm, speech.id)
+        meter = LLMMeter(llm, speech.handle.id)
         stream = self._prepared_stream(request, tools) or llm.chat(
             self._record.model_context(request.instructions),
             [t.definition for t in tools.values()],
@@ -363,7 +359,7 @@ class AgentActivity:
                         name=request_call.name,
                         arguments=request_call.arguments,
                     )
-                    runs.append(self._tools.dispatch(speech, call, tools))
+                    runs.append(self._tools.dispatch(speech.handle, call, tools))
         meter_for(self._ctx).emit(meter.metrics())
 
     def _chat_llm(self) -> LLM | None:
@@ -418,9 +414,7 @@ class AgentActivity:
     def _output_failed(self, exc: Exception) -> None:
         self._ctx.emit_error(exc, source="output", recoverable=True)
 
-    def _end_playout(
-        self, speech: SpeechHandle, reply: Obligation, delivery: Delivery, *, interrupted: bool
-    ) -> None:
+    def _end_playout(self, speech: SpeechRun, delivery: Delivery, *, interrupted: bool) -> None:
         """Output of this speech is over: record what was heard, release its reply."""
         if interrupted:
             delivery.stop()
@@ -428,14 +422,12 @@ class AgentActivity:
         if heard:
             message = ChatMessage(role="assistant", content=heard, interrupted=interrupted)
             # Where the speech began: before what the user said while it played.
-            self._record.commit(message, speech, at=speech._began)
-        self._state.close(reply, "interrupted" if interrupted else "played")
-        speech._mark_playout_done()
+            self._record.commit(message, speech.handle, at=speech.began)
+        speech.played(interrupted=interrupted)
 
     def _abandon(
         self,
-        speech: SpeechHandle,
-        reply: Obligation,
+        speech: SpeechRun,
         delivery: Delivery,
         runs: list[ToolCallRun],
         outcome: str,
@@ -444,30 +436,30 @@ class AgentActivity:
         inline = [run for run in runs if not run.released]
         for run in inline:
             run.cancel()
-        if not speech._playout.done():  # the watchdog may have closed the reply already
-            self._end_playout(speech, reply, delivery, interrupted=True)
+        if speech.playing:  # the watchdog may have closed the reply already
+            self._end_playout(speech, delivery, interrupted=True)
         for run in runs:
             # Every call that started is on record, paired with an output: a tool that
             # ran (booked a flight) must not be run again by the next request.
             if not run.recorded:
-                self._commit(run.call, speech)
+                self._commit(run.call, speech.handle)
                 run.recorded = True
             if not run.answered:
-                self._commit(run.output_if_abandoned(), speech)
+                self._commit(run.output_if_abandoned(), speech.handle)
                 run.answered = True
             self._deliver_pending_final(run)
         released = [run.obligation for run in runs if run.released]
         self._state.close([run.obligation for run in inline], outcome, uncommit=released)
 
-    async def _settle_tools(self, speech: SpeechHandle, runs: list[ToolCallRun]) -> bool:
+    async def _settle_tools(self, speech: SpeechRun, runs: list[ToolCallRun]) -> bool:
         """Wait for each call's first outcome; chain a follow-up reply when one is owed.
         Returns whether a follow-up was chained (the handle then resolves with it)."""
         for run in runs:
-            self._commit(run.call, speech)
+            self._commit(run.call, speech.handle)
             run.recorded = True
         outcomes: list[ToolOutcome] = [await run.first for run in runs]
         for run, outcome in zip(runs, outcomes, strict=True):
-            self._commit(outcome.output, speech)
+            self._commit(outcome.output, speech.handle)
             run.answered = True
         self._ctx.events.emit(
             "function_tools_executed",
@@ -485,21 +477,21 @@ class AgentActivity:
                 self._deliver_pending_final(run)
 
     def _follow_up(
-        self, speech: SpeechHandle, runs: list[ToolCallRun], outcomes: list[ToolOutcome]
+        self, speech: SpeechRun, runs: list[ToolCallRun], outcomes: list[ToolOutcome]
     ) -> bool:
         """What the tools' first outcomes lead to: a handoff, a follow-up reply, or the
         end of the turn. Returns whether the handle now resolves with something else."""
         finished = [run.obligation for run in runs if not run.released]
         background = [run.obligation for run in runs if run.released]
         handoff = next((o.handoff for o in outcomes if o.handoff is not None), None)
-        request = speech._request
+        request = speech.request
         if handoff is not None and not self._closed:
             # The user was handed over: the new agent owes the answer. The agent stack
             # opens its handoff obligation in the same floor step as these tools close,
             # and this handle resolves once the new agent has entered.
             self._state.close([], uncommit=background)
             entered = self._hand_off(handoff, finished)
-            entered.add_done_callback(lambda _: speech._mark_done())
+            entered.add_done_callback(lambda _: speech.finished())
             return True
         # At max_tool_steps the model was offered no tools; a call it makes anyway is
         # answered with an error and the turn ends, so the rounds are exactly bounded.
@@ -515,12 +507,12 @@ class AgentActivity:
         follow_up = self.create_speech(
             source="tool_reply",
             request=ReplyRequest(step=request.step + 1),
-            allow_interruptions=speech.allow_interruptions,
+            allow_interruptions=speech.handle.allow_interruptions,
             hand_over_from=finished,
             uncommit=background,
             priority=FOLLOW_UP,
         )
-        speech._chain(follow_up)
+        speech.chain(follow_up)
         return True
 
     # ------------------------------------------------------ deferred replies

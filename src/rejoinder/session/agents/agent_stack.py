@@ -102,6 +102,33 @@ class AgentStack(TaskHost):
         """How many tasks are running (0: the current agent is not a task)."""
         return len(self._frames)
 
+    def require_running(self) -> None:
+        """Raise unless the session runs and is not closing (a call that needs it)."""
+        if not self._ctx.running:
+            raise RuntimeError("the session is not running (call start() first)")
+        if self._ctx.closing:
+            raise RuntimeError("the session is closing")
+
+    def running(self) -> AgentActivity:
+        """The current agent, for a call that needs a running session."""
+        self.require_running()
+        if self._current is None:
+            raise RuntimeError("the session is not running (call start() first)")
+        return self._current
+
+    def speaker(self) -> AgentActivity:
+        """Who says what an agent's own code asks for: that agent (from its tools and
+        hooks; a paused agent's speech waits until it resumes, and one that was replaced
+        says nothing more), or the current agent (from anywhere else: application code,
+        an ``on_exit``). What the user says always goes to the current agent."""
+        current = self.running()
+        mine = running_activity.get()
+        if mine is None or mine is current or mine.session_context is not self._ctx:
+            return current
+        if mine.closed:
+            raise RuntimeError(f"{mine.agent.id} is no longer the current agent")
+        return mine
+
     # ----------------------------------------------------------- the first
 
     async def start(self, agent: Agent) -> None:

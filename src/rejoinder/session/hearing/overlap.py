@@ -36,7 +36,7 @@ from ...models.stt import Transcript
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame
     from ..context import SessionContext
-    from ..speech.handle import SpeechHandle
+    from ..speech.run import SpeechRun
 
 logger = logging.getLogger("rejoinder")
 
@@ -49,12 +49,12 @@ class Overlap:
         self,
         ctx: SessionContext,
         detector: InterruptionDetector,
-        speech: SpeechHandle,
+        speech: SpeechRun,
         *,
         onset_at: float,
         audio: Callable[[], Sequence[AudioFrame]],
         speech_seconds: Callable[[], float],
-        interrupt: Callable[[SpeechHandle], None],
+        interrupt: Callable[[SpeechRun], None],
         recognize: Callable[[Sequence[AudioFrame]], Awaitable[Transcript]] | None = None,
     ) -> None:
         """``recognize``: transcribes the utterance so far, for a recognizer that does
@@ -89,7 +89,7 @@ class Overlap:
             self._interim_timer = loop.call_at(
                 max(loop.time(), onset_at + detector.interim_from), self._interim_due
             )
-        ctx.state.note("overlap", event="started", speech_id=speech.id)
+        ctx.state.note("overlap", event="started", speech_id=speech.handle.id)
 
     @property
     def decided(self) -> bool:
@@ -98,7 +98,7 @@ class Overlap:
     @property
     def relevant(self) -> bool:
         """Still about a reply that plays: once it ended, the user's words are a turn."""
-        return not self.speech.done() and self.speech.allow_interruptions
+        return not self.speech.done() and self.speech.handle.allow_interruptions
 
     # ------------------------------------------------------------------ decisions
 
@@ -108,7 +108,9 @@ class Overlap:
         self.verdict = verdict
         self._cancel_timers()
         self._cancel_pass()
-        self._ctx.state.note("overlap", event=verdict.value, why=why, speech_id=self.speech.id)
+        self._ctx.state.note(
+            "overlap", event=verdict.value, why=why, speech_id=self.speech.handle.id
+        )
         if verdict is Interruption.INTERRUPT and self.relevant:
             self._interrupt(self.speech)
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ...models.vad import VAD, VADEvent
     from ..agents.activity import AgentActivity
     from ..context import SessionContext
-    from ..speech.handle import SpeechHandle
+    from ..speech.run import SpeechRun
 
 logger = logging.getLogger("rejoinder")
 
@@ -160,8 +160,8 @@ class UserTurns:
         self._commit_timer: asyncio.TimerHandle | None = None
         self._barge_in_timer: asyncio.TimerHandle | None = None
         self._resume_timer: asyncio.TimerHandle | None = None
-        self._paused: SpeechHandle | None = None
-        self._awaiting_words: SpeechHandle | None = None
+        self._paused: SpeechRun | None = None
+        self._awaiting_words: SpeechRun | None = None
         self._overlap: Overlap | None = None  # speech over the agent, being judged
         self.manual = ctx.options.turn_detection == "manual"
         detection = ctx.options.turn_detection
@@ -255,9 +255,8 @@ class UserTurns:
         if speech is None:
             return
         detector = self._options.interruption_detection
-        reply = speech._reply_ob
         if detector is not None:
-            if reply is not None and reply.audible:
+            if speech.audible:
                 self._overlap = Overlap(
                     self._ctx,
                     detector,
@@ -275,12 +274,11 @@ class UserTurns:
             options.resume_false_interruption
             and audio is not None
             and audio.can_pause
-            and reply is not None
-            and reply.audible
+            and speech.audible
             and self._paused is None
         ):
             audio.pause()
-            state.set_yielded(reply, True)
+            speech.yield_for_barge_in()
             self._paused = speech
         wait = max(0.0, options.min_interruption_duration - event.speech_duration)
         self._cancel(self._barge_in_timer)
@@ -323,16 +321,16 @@ class UserTurns:
 
     # ------------------------------------------------------------ interruptions
 
-    def _interruptible_speech(self) -> SpeechHandle | None:
+    def _interruptible_speech(self) -> SpeechRun | None:
         activity = self._current()
         if activity is None:
             return None
-        speech = activity.current_speech
-        if speech is not None and not speech.done() and speech.allow_interruptions:
+        speech = activity.current_run
+        if speech is not None and not speech.done() and speech.handle.allow_interruptions:
             return speech
         return None
 
-    def _barge_in_due(self, speech: SpeechHandle) -> None:
+    def _barge_in_due(self, speech: SpeechRun) -> None:
         self._barge_in_timer = None
         needed = self._options.min_interruption_duration - self._vad.speech_seconds
         if needed > 1e-6 and self._vad.speaking:
@@ -346,22 +344,22 @@ class UserTurns:
             return
         self._interrupt(speech)
 
-    def _interrupt(self, speech: SpeechHandle) -> None:
+    def _interrupt(self, speech: SpeechRun) -> None:
         self._cancel(self._resume_timer)
         self._paused = self._awaiting_words = None
-        if not speech.done() and speech.allow_interruptions:
-            speech._interrupt()
+        if not speech.done() and speech.handle.allow_interruptions:
+            speech.interrupt()
 
     def _resume_paused(self) -> None:
         self._resume_timer = None
         speech, self._paused = self._paused, None
-        if speech is None or speech.done() or speech._reply_ob is None:
+        if speech is None or speech.done():
             return
-        logger.info("false interruption: resuming %s", speech.id)
+        logger.info("false interruption: resuming %s", speech.handle.id)
         audio = self._ctx.output.audio
         if audio is not None:
             audio.resume()
-        self._ctx.state.set_yielded(speech._reply_ob, False)
+        speech.resume()
 
     def _words_heard(self, text: str) -> None:
         """Words settle a pending interruption: the user was not just a noise."""

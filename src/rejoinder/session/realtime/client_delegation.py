@@ -106,7 +106,7 @@ class ClientDelegation:
         raise LLMError("the delegated answer used up max_tool_steps without a final text")
 
     def _record(self, item: FunctionCall | FunctionCallOutput) -> None:
-        # As the realtime driver records its tool calls: the agent's context (which the
+        # As the realtime engine records its tool calls: the agent's context (which the
         # next delegation is answered from) and the session history.
         self.agent.chat_ctx.append(item)
         self._ctx.record(item)

@@ -11,8 +11,8 @@ from ...models import ChatItem, ChatMessage
 from ...models.chat import new_id
 
 if TYPE_CHECKING:
-    from ...floor import Obligation
     from ..hearing.preemptive import Preemptive
+    from .run import SpeechRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +61,9 @@ class SpeechHandle:
         self._playout: asyncio.Future[None] = loop.create_future()
         self._done: asyncio.Future[None] = loop.create_future()
         self._follow_up: SpeechHandle | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._started = False
-        self._reply_ob: Obligation | None = None
-        self._on_discard: Callable[[], None] | None = None
-        """Set by the scheduler: how to drop this speech while it is still queued."""
-        self._began: Mark | None = None
-        """Where the record stood when this speech began (its text goes there)."""
-        self._cutting = False
-        """Its output was cut (its agent paused for a task); its tools go on."""
+        self._run: SpeechRun | None = None
+        """The runtime side when an agent delivers this speech (``speech/run.py``); a
+        realtime provider's replies have none."""
 
     def __repr__(self) -> str:
         return f"<SpeechHandle {self.id} {self.source} done={self.done()}>"
@@ -134,31 +128,10 @@ class SpeechHandle:
         self._interrupted = True
         if self._follow_up is not None:
             self._follow_up._interrupt()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-        elif self._task is None:
-            # Still queued: it will never run, so it is finished now.
-            if self._on_discard is not None:
-                self._on_discard()
+        if self._run is not None:
+            self._run.stop()
+        else:
             self._mark_done()
-
-    def _cut(self) -> None:
-        """End this speech's output now, keeping its tool calls running (the agent
-        that said it was paused). What was heard is kept, marked interrupted."""
-        if self._cutting or self._playout.done() or self.done():
-            return
-        self._cutting = True
-        self._interrupted = True
-        if self._task is not None and self._started and not self._task.done():
-            self._task.cancel()
-
-    def _take_cut(self) -> bool:
-        """In the speech's task, on CancelledError: was it only our cut? Then the
-        cancellation is consumed and the speech goes on to its tools."""
-        if not self._cutting:
-            return False
-        task = asyncio.current_task()
-        return task is not None and task.uncancel() == 0
 
     def _mark_playout_done(self) -> None:
         if not self._playout.done():

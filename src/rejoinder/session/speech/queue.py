@@ -14,16 +14,16 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from .handle import SpeechHandle
+from .run import SpeechRun
 
 FOLLOW_UP = 0
 NORMAL = 1
 
-StartSpeech = Callable[[SpeechHandle], asyncio.Task[None]]
+StartSpeech = Callable[[SpeechRun], asyncio.Task[None]]
 OnIdle = Callable[[], bool]
 """Called when nothing is queued: may queue something (a deferred reply); returns
 whether it did."""
-OnUnstarted = Callable[[SpeechHandle], None]
+OnUnstarted = Callable[[SpeechRun], None]
 """A speech whose task was cancelled before its first step: resolve it."""
 
 
@@ -63,21 +63,21 @@ class _Flag:
 
 class SpeechQueue:
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, SpeechHandle]] = []
+        self._heap: list[tuple[int, int, SpeechRun]] = []
         self._seq = itertools.count()
         self._wake = _Flag()
         self._resumed = _Flag(True)
-        self.current: SpeechHandle | None = None
+        self.current: SpeechRun | None = None
         """The speech whose output is being delivered."""
-        self._running: set[SpeechHandle] = set()
+        self._running: set[SpeechRun] = set()
         """Speeches whose task runs: delivering output, or waiting on their tools."""
 
     @property
     def paused(self) -> bool:
         return not self._resumed.is_set()
 
-    def push(self, handle: SpeechHandle, priority: int = NORMAL) -> None:
-        heapq.heappush(self._heap, (priority, next(self._seq), handle))
+    def push(self, run: SpeechRun, priority: int = NORMAL) -> None:
+        heapq.heappush(self._heap, (priority, next(self._seq), run))
         self._wake.set()
 
     def wake(self) -> None:
@@ -93,20 +93,20 @@ class SpeechQueue:
     def drop(self) -> None:
         """Every queued speech is resolved as interrupted (it was never heard)."""
         while self._heap:
-            _, _, handle = heapq.heappop(self._heap)
-            handle._interrupt()
+            _, _, run = heapq.heappop(self._heap)
+            run.interrupt()
 
     def interrupt(self) -> asyncio.Future[None]:
         """Interrupt every speech that allows it: queued ones are dropped, the one being
         delivered stops, and ones still waiting on their tools are cancelled with them.
         The future resolves once those speeches have stopped."""
         stopping: list[asyncio.Task[None]] = []
-        for handle in [*(queued for _, _, queued in self._heap), *self._running]:
-            if handle.done() or not handle.allow_interruptions:
+        for run in [*(queued for _, _, queued in self._heap), *self._running]:
+            if run.done() or not run.handle.allow_interruptions:
                 continue
-            handle._interrupt()
-            if handle._task is not None and not handle._task.done():
-                stopping.append(handle._task)
+            run.interrupt()
+            if run.task is not None and not run.task.done():
+                stopping.append(run.task)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         remaining = len(stopping)
 
@@ -134,22 +134,23 @@ class SpeechQueue:
                 await self._wake.wait()
                 continue
             self.current = speech
-            task = speech._task = start(speech)
+            task = start(speech)
+            speech.attach(task)
             self._running.add(speech)
             task.add_done_callback(functools.partial(self._ended, speech, on_unstarted))
             try:
-                await asyncio.wait((task, speech._playout), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait((task, speech.playout), return_when=asyncio.FIRST_COMPLETED)
             finally:
                 self.current = None
 
-    def _next(self) -> SpeechHandle | None:
+    def _next(self) -> SpeechRun | None:
         while self._heap:
-            _, _, handle = heapq.heappop(self._heap)
-            if not handle.done():
-                return handle
+            _, _, run = heapq.heappop(self._heap)
+            if not run.done():
+                return run
         return None
 
-    def _ended(self, speech: SpeechHandle, on_unstarted: OnUnstarted, _: object) -> None:
+    def _ended(self, speech: SpeechRun, on_unstarted: OnUnstarted, _: object) -> None:
         self._running.discard(speech)
-        if not speech._started and not speech.done():
+        if not speech.started and not speech.done():
             on_unstarted(speech)

@@ -2,7 +2,7 @@
 ``RunContext`` the tool sees, and what its value means.
 
 Three paths run tools: a pipeline reply's calls (``runner.py``), a realtime provider's
-calls (``realtime/driver.py``) and the calls inside an answer the application gives a
+calls (``realtime/engine.py``) and the calls inside an answer the application gives a
 duplex model's delegation (``realtime/client_delegation.py``). They differ in what a
 release (the tool's first ``ctx.update()``) does and in which speech carries the call;
 everything else is decided here, once.

@@ -1,7 +1,7 @@
-"""Runs a session on a realtime or duplex model (``AgentSession(llm=<RealtimeModel>)``).
+"""RealtimeEngine: a session on a realtime or duplex model (``AgentSession(llm=<RealtimeModel>)``).
 
 One provider connection serves the whole session and survives handoffs: the current
-agent's instructions and tools are pushed to it when the agent changes. The driver
+agent's instructions and tools are pushed to it when the agent changes. The engine
 reads the provider's protocol facts and
 
 - hands them to ``ProviderObligations``, which decides what the agent owes;
@@ -43,10 +43,12 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
+from ..engine import Engine
 from ..events import FunctionToolsExecutedEvent, SpeechCreatedEvent, UserInputTranscribedEvent
 from ..hearing.mute import silence_like
 from ..metrics_emit import RealtimeMeter
 from ..speech.handle import SpeechHandle
+from ..speech.run import VoicedReply
 from ..tools.invocation import (
     ToolInvocation,
     ToolOutcome,
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rejoinder")
 
 
-class RealtimeDriver:
+class RealtimeEngine(Engine):
     def __init__(
         self,
         ctx: SessionContext,
@@ -78,8 +80,7 @@ class RealtimeDriver:
         agents: AgentStack,
         close: Callable[[str], None],
     ) -> None:
-        self._ctx = ctx
-        self._agents = agents
+        super().__init__(ctx, agents)
         self._close = close
         """Ends the session from inside (the provider gave up for good)."""
         self._model = model
@@ -93,7 +94,7 @@ class RealtimeDriver:
         )
         self._playout: RealtimePlayout | None = None
         self._record_of: RealtimeRecord | None = None
-        self._handles: list[SpeechHandle] = []
+        self._handles: list[VoicedReply] = []
         """Replies the application asked for: done once the provider owes nothing more
         and nothing plays (a preamble is not the whole reply)."""
         self._meter = RealtimeMeter(ctx, model)
@@ -115,7 +116,8 @@ class RealtimeDriver:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self, agent: Agent, microphone: AudioInput | None) -> None:
-        """Connect (raises ``RealtimeError`` if the provider refuses), then run."""
+        """Connect (raises ``RealtimeError`` if the provider refuses), then run: connected
+        before the first agent enters, so it can speak from its ``on_enter``."""
         ctx = self._ctx
         # AudioInput does not declare a rate; the concrete inputs (and wrappers) carry one.
         rate = getattr(microphone, "sample_rate", None)
@@ -137,8 +139,12 @@ class RealtimeDriver:
         ctx.spawn(self._pump_events())
         if microphone is not None:
             ctx.spawn(self._pump_microphone(microphone))
+        await self._agents.start(agent)
 
     async def aclose(self) -> None:
+        await self._ctx.bounded(self._disconnect(), "closing the realtime connection")
+
+    async def _disconnect(self) -> None:
         if self._playout is not None:
             self._playout.stop()  # what was heard is recorded before the connection goes
         await self._rt.aclose()
@@ -153,7 +159,28 @@ class RealtimeDriver:
 
     # ------------------------------------------------------------------ replies
 
-    def generate_reply(self, instructions: str | None, user_input: str | None) -> SpeechHandle:
+    def say(self, text: str, allow_interruptions: bool | None) -> SpeechHandle:
+        if self._ctx.tts is None:
+            raise RuntimeError(
+                "say() speaks text through a TTS; this session's realtime model voices its "
+                "own replies: use generate_reply(instructions=...) or give the session a tts="
+            )
+        return super().say(text, allow_interruptions)
+
+    def generate_reply(
+        self,
+        *,
+        user_input: str | None,
+        instructions: str | None,
+        allow_interruptions: bool | None,
+    ) -> SpeechHandle:
+        # The provider decides whether its reply may be interrupted (its own VAD).
+        if self._closing_while_running():
+            return self._unsaid("generate_reply", user_input)
+        self._agents.running()  # raises if the session is not running
+        return self._reply(instructions, user_input)
+
+    def _reply(self, instructions: str | None, user_input: str | None) -> SpeechHandle:
         handle = SpeechHandle(
             allow_interruptions=self._ctx.options.allow_interruptions,
             source="generate_reply",
@@ -167,7 +194,7 @@ class RealtimeDriver:
             self._rt.send_user_text(user_input)
         else:
             self._rt.generate_reply(instructions)
-        self._handles.append(handle)
+        self._handles.append(VoicedReply(handle))
         self.obligations.owe_reply(handle.id)
         self._ctx.events.emit(
             "speech_created",
@@ -177,7 +204,7 @@ class RealtimeDriver:
         )
         return handle
 
-    def interrupt(self) -> None:
+    def _stop_voice(self) -> None:
         if self._playout is not None:
             self._playout.interrupt()
 
@@ -312,8 +339,8 @@ class RealtimeDriver:
             if not self._rt.duplex:
                 self.obligations.responses_cancelled()  # the provider was told to stop
             text = _cut(text, played.position / burst.captured if burst.captured else 0.0)
-            for handle in self._handles:
-                handle._interrupted = True
+            for reply in self._handles:
+                reply.cut_short()
         if text and burst.connection != self._connection:
             # Heard after its connection was replaced: the new one was seeded without it.
             self._rt.add_context(f"You already told the caller: {text}")
@@ -332,8 +359,8 @@ class RealtimeDriver:
         if not force and (self._owed() or (playout is not None and not playout.idle)):
             return
         handles, self._handles = self._handles, []
-        for handle in handles:
-            handle._mark_done()
+        for reply in handles:
+            reply.over()
 
     # ------------------------------------------------------------------- tools
 
@@ -399,7 +426,7 @@ class RealtimeDriver:
             self._record(item)
         self._rt.add_context(f"Result of {call.name}: {outcome.output.output}")
         if outcome.reply_required and outcome.handoff is None:
-            self.generate_reply(f"Tell the user the result of {call.name}.", None)
+            self._reply(f"Tell the user the result of {call.name}.", None)
 
     # ----------------------------------------------------------------- helpers
 
