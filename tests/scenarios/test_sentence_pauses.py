@@ -78,7 +78,6 @@ async def test_a_negative_or_nan_quiet_is_refused(quiet: float) -> None:
     with pytest.raises(ValueError, match="quiet_release must be >= 0"):
         AudioDelivery(
             unused,
-            unused,
             None,
             print,
             tts=ScriptedTTS(),

@@ -282,7 +282,7 @@ class AgentActivity:
     async def _run_speech(self, speech: SpeechRun) -> None:
         speech.begin(self._record.mark())
         reply = speech.reply
-        delivery = self._new_delivery(reply)
+        delivery = self._new_delivery(speech)
         watch_delivery(self._ctx, delivery, speech.handle.id)
         runs: list[ToolCallRun] = []
         chained = False
@@ -408,8 +408,8 @@ class AgentActivity:
             extra_instructions=request.instructions,
         )
 
-    def _new_delivery(self, reply: Obligation) -> Delivery:
-        return new_delivery(self._ctx, reply, self._spawn, self._output_failed)
+    def _new_delivery(self, speech: SpeechRun) -> Delivery:
+        return new_delivery(self._ctx, speech.heard, self._spawn, self._output_failed)
 
     def _output_failed(self, exc: Exception) -> None:
         self._ctx.emit_error(exc, source="output", recoverable=True)

@@ -23,14 +23,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ...floor import Obligation
 from ...models.audio import AudioFrame, AudioOutput, PlaybackFinished
 from ...models.audio_utils import Resampler
 from ...models.speech_text import SpeechText, clean_for_speech, speech_filter
 from ...models.text import TextOutput
 from ...models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
 from ..metrics_emit import TTSMeter
-from ..turn_state import TurnState
 from .delivery import Delivery, OnOutputError, OutputError
 
 QUIET_RELEASE = 0.12
@@ -62,8 +60,7 @@ class _Word:
 class AudioDelivery(Delivery):
     def __init__(
         self,
-        state: TurnState,
-        reply: Obligation,
+        audible: Callable[[], None],
         text_output: TextOutput | None,
         on_error: OnOutputError,
         *,
@@ -74,7 +71,7 @@ class AudioDelivery(Delivery):
     ) -> None:
         if not quiet_release >= 0:  # NaN fails this too
             raise ValueError(f"quiet_release must be >= 0 seconds, got {quiet_release!r}")
-        super().__init__(state, reply, text_output, on_error)
+        super().__init__(audible, text_output, on_error)
         self._tts = tts
         self._output = audio_output
         self._stream: TTSStream | None = tts.stream() if isinstance(tts, StreamingTTS) else None
@@ -324,7 +321,7 @@ class AudioDelivery(Delivery):
 
     def _playback_started(self) -> None:
         self._playing = True
-        self._state.set_audible(self._reply, True)
+        self._audible()
         if self._meter is not None:
             self._meter.heard()
 

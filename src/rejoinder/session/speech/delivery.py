@@ -20,9 +20,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from ...floor import Obligation
 from ...models.text import TextOutput
-from ..turn_state import TurnState
 
 logger = logging.getLogger("rejoinder")
 
@@ -36,13 +34,12 @@ class OutputError(RuntimeError):
 class Delivery(ABC):
     def __init__(
         self,
-        state: TurnState,
-        reply: Obligation,
+        audible: Callable[[], None],
         text_output: TextOutput | None,
         on_error: OnOutputError,
     ):
-        self._state = state
-        self._reply = reply
+        self._audible = audible
+        """Tells the speech's owner the user can hear (or see) it: ``SpeechRun.audible``."""
         self._text_output = text_output
         self._on_error = on_error
         self._failed = False
@@ -106,7 +103,7 @@ class TextDelivery(Delivery):
             return  # the user did not get it: not heard, not audible
         self._parts.append(text)
         # Audible once the sink returned: its contract is that the user can now see it.
-        self._state.set_audible(self._reply, True)
+        self._audible()
 
     async def finish(self) -> None:
         self._end_text_segment()

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ...floor import Obligation
 from .delivery import Delivery, OnOutputError, TextDelivery
 
 if TYPE_CHECKING:
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
 
 def new_delivery(
     ctx: SessionContext,
-    reply: Obligation,
+    audible: Callable[[], None],
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     on_error: OnOutputError,
 ) -> Delivery:
@@ -24,12 +23,11 @@ def new_delivery(
     output = ctx.output
     tts = ctx.tts
     if output.audio is None or tts is None:
-        return TextDelivery(ctx.state, reply, output.transcription, on_error)
+        return TextDelivery(audible, output.transcription, on_error)
     from .audio_delivery import AudioDelivery  # numpy and soxr, only when speaking aloud
 
     return AudioDelivery(
-        ctx.state,
-        reply,
+        audible,
         output.transcription,
         on_error,
         tts=tts,

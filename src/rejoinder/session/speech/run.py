@@ -109,6 +109,10 @@ class SpeechRun:
     def started(self) -> bool:
         return self._started
 
+    def heard(self) -> None:
+        """Its delivery reached the user (audio playing, text shown): audible."""
+        self._state.set_audible(self.reply, True)
+
     def yield_for_barge_in(self) -> None:
         """The user may be interrupting: the reply stops counting while its audio pauses."""
         self._state.set_yielded(self.reply, True)
