@@ -6,7 +6,10 @@ Where things are decided, by folder:
   ``context.py``: the narrow ``SessionContext`` every part is handed instead of the
   session; ``turn_state.py``: the only code that talks to the floor (``rejoinder.floor``),
   which derives every reported state; ``events.py``, ``timeline*.py``, ``metrics_emit.py``,
-  ``usage.py``: what the session reports.
+  ``usage.py``: what the session reports; ``engine.py``: the interface the session hands
+  its calls to, with ``pipeline.py`` (a chat model, our hearing and TTS) and
+  ``realtime/engine.py`` behind it; ``public_session.py``: the session as user code
+  is handed it.
 - ``agents/``: which agent is current and *every* switch (``agent_stack.py``: handoffs,
   ``update_agent``, ``AgentTask`` start and completion, nesting — one transaction, nowhere
   else); one running agent and its replies (``activity.py``).
@@ -20,11 +23,8 @@ Where things are decided, by folder:
   speaks.
 """
 
-from typing import TYPE_CHECKING
-
-from .._lazy import lazy_names
 from ..models.claims import close_shared, shared
-from .agents.agent import Agent
+from .agents.agent import Agent, ClientDelegation
 from .agents.agent_task import AgentTask
 from .events import (
     AgentStateChangedEvent,
@@ -87,11 +87,3 @@ __all__ = [
     "shared",
 ]
 
-
-if TYPE_CHECKING:
-    from .realtime.client_delegation import ClientDelegation
-
-
-# The realtime engine loads when a session first uses a realtime model: a text or
-# pipeline program never imports it (nor rejoinder.models.realtime).
-__getattr__ = lazy_names(__name__, globals(), {"ClientDelegation": ".realtime.client_delegation"})

@@ -1,7 +1,7 @@
 """SessionContext: what the parts of a session may touch, and nothing more.
 
 The agent stack, each agent's activity, the tool runner, the user-turn detector and the
-realtime driver are handed this object instead of the ``AgentSession``: the floor driver
+engines are handed this object instead of the ``AgentSession``: the floor driver
 (``state``), the event emitter, the history, the options, the output slots, the models,
 and the session's task scope. What a part may do is visible from what it is handed
 (a small interface each). ``session`` is the public object, only for user code a part calls
@@ -14,57 +14,26 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..models import LLM, ChatContext, ChatItem
 from .events import ConversationItemAddedEvent, ErrorEvent, EventEmitter
 from .turn_state import TurnState
 
 if TYPE_CHECKING:
-    from ..models.interruption import InterruptionDetector
-    from ..models.text import TextOutput
     from ..models.tts import TTS
-    from ..models.turn_detector import TurnDetector
-    from .session import AgentSession
+    from .options import SessionOptions, SessionOutput
+    from .public_session import PublicSession
     from .tools.function_tool import FunctionTool
 
 logger = logging.getLogger("rejoinder")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionOptions:
-    allow_interruptions: bool
-    min_interruption_duration: float
-    min_endpointing_delay: float
-    max_endpointing_delay: float
-    preemptive_generation: bool
-    max_tool_steps: int
-    close_timeout: float
-    turn_detection: Literal["vad", "manual"] | TurnDetector
-    interruption_detection: InterruptionDetector | None
-    min_interruption_words: int
-    resume_false_interruption: bool
-    false_interruption_timeout: float
-    answer_timeout: float
-
-
-class SessionInput:
-    def __init__(self) -> None:
-        self.audio: Any = None
-
-
-class SessionOutput:
-    def __init__(self) -> None:
-        self.audio: Any = None
-        self.transcription: TextOutput | None = None
 
 
 class SessionContext:
     def __init__(
         self,
         *,
-        session: AgentSession[Any],
+        session: PublicSession[Any],
         state: TurnState,
         events: EventEmitter,
         history: ChatContext,

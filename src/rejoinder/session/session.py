@@ -29,10 +29,11 @@ from .agents.agent import Agent
 from .agents.agent_stack import AgentStack
 from .agents.agent_task import running_host
 from .arguments import MODES, check_free_recognizer, check_options, require
-from .context import SessionContext, SessionInput, SessionOptions, SessionOutput
+from .context import SessionContext
 from .engine import Engine
 from .events import CloseEvent, DTMFEvent, EventEmitter, EventName, SessionStartedEvent
 from .log_context import session_id as log_session_id
+from .options import SessionInput, SessionOptions, SessionOutput
 from .pipeline import PipelineEngine
 from .run_result import RunResult
 from .speech.handle import SpeechHandle
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
+    from .public_session import PublicSession
 
 __all__ = ["AgentSession", "SessionInput", "SessionOptions", "SessionOutput"]
 
@@ -525,3 +527,11 @@ class AgentSession(Generic[Userdata]):
 
     def _is_closing(self) -> bool:
         return self._close_task is not None
+
+
+if TYPE_CHECKING:
+
+    def _implements_public_session(session: AgentSession[Any]) -> PublicSession[Agent]:
+        # mypy checks here that AgentSession offers every member of PublicSession, the
+        # type its parts hand to user code (Agent.session, RunContext.session).
+        return session

@@ -1,16 +1,16 @@
-"""Agent: instructions, tools and hooks. Subclass it to build an assistant."""
+"""Agent: instructions, tools and hooks (subclass it to build an assistant), and what
+its hooks are handed: the session (``PublicSession``) and a ``ClientDelegation``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ...models import LLM, ChatContext, ChatMessage
 from ..tools.function_tool import FunctionTool, find_tools
 
 if TYPE_CHECKING:
-    from ..realtime.client_delegation import ClientDelegation
-    from ..session import AgentSession
+    from ..public_session import PublicSession
 
 
 class Agent:
@@ -52,10 +52,11 @@ class Agent:
             raise ValueError(f"{self.id}: duplicate tool names {duplicates}")
         self.tools: list[FunctionTool] = [*own, *tools]
         self.chat_ctx = chat_ctx.copy() if chat_ctx is not None else ChatContext()
-        self._session: AgentSession[Any] | None = None
+        self._session: PublicSession[Agent] | None = None
 
     @property
-    def session(self) -> AgentSession[Any]:
+    def session(self) -> PublicSession[Agent]:
+        """The ``AgentSession`` this agent runs in (typed by the members it offers)."""
         if self._session is None:
             raise RuntimeError(f"{self.id} is not running in a session")
         return self._session
@@ -76,3 +77,36 @@ class Agent:
     async def on_user_turn_completed(self, turn_ctx: ChatContext, new_message: ChatMessage) -> None:
         """Called before replying to a user turn; raise ``StopResponse`` to stay silent.
         ``new_message`` may be edited in place."""
+
+
+class ClientDelegation:
+    """What an agent's ``on_delegation`` is given: the delegation and the conversation.
+
+    ``chat_ctx`` is what the voice model heard and said so far (the agent's
+    instructions first); ``answer_with_llm()`` is the default answer: the agent's own
+    ``llm`` and tools on that context (the realtime engine supplies how, since it runs
+    the tools)."""
+
+    def __init__(
+        self,
+        session: PublicSession[Agent],
+        agent: Agent,
+        delegation_id: str,
+        chat_ctx: ChatContext,
+        *,
+        answer_with_llm: Callable[[ClientDelegation], Awaitable[str]],
+    ) -> None:
+        self._session = session
+        self.agent = agent
+        self.id = delegation_id
+        self.chat_ctx = chat_ctx
+        self._answer_with_llm = answer_with_llm
+
+    @property
+    def session(self) -> PublicSession[Agent]:
+        return self._session
+
+    async def answer_with_llm(self) -> str:
+        """Run the agent's LLM with its tools (executed here, up to the session's
+        ``max_tool_steps`` rounds) and return its final text."""
+        return await self._answer_with_llm(self)

@@ -28,10 +28,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...floor import SESSION_OWNER, Obligation, ObligationKind
 from ...models import ChatContext, ChatMessage, FunctionCall, FunctionCallOutput, LLMError
+from ..agents.agent import ClientDelegation
 from ..speech.handle import SpeechHandle
 from ..tools.invocation import ToolInvocation, offered_tools
 
@@ -49,38 +50,21 @@ FAILED_NOTE = (
 )
 
 
-class ClientDelegation:
-    """What an agent's ``on_delegation`` is given: the delegation and the conversation.
+def answerer(ctx: SessionContext) -> Callable[[ClientDelegation], Awaitable[str]]:
+    """``ClientDelegation.answer_with_llm`` in this session: the agent's own ``llm`` and
+    tools on the delegation's context, the tools run through ``ToolInvocation``."""
 
-    ``chat_ctx`` is what the voice model heard and said so far (the agent's
-    instructions first); ``answer_with_llm()`` is the default answer: the agent's own
-    ``llm`` and tools on that context."""
-
-    def __init__(
-        self, ctx: SessionContext, agent: Agent, delegation_id: str, chat_ctx: ChatContext
-    ) -> None:
-        self._ctx = ctx
-        self.agent = agent
-        self.id = delegation_id
-        self.chat_ctx = chat_ctx
-
-    @property
-    def session(self) -> Any:
-        return self._ctx.session
-
-    async def answer_with_llm(self) -> str:
-        """Run the agent's LLM with its tools (executed here, up to the session's
-        ``max_tool_steps`` rounds) and return its final text."""
-        llm = self.agent.llm
+    async def answer_with_llm(delegation: ClientDelegation) -> str:
+        agent = delegation.agent
+        llm = agent.llm
         if llm is None:
             raise RuntimeError(
-                f"{self.agent.id} got a client delegation but has no llm: give it "
+                f"{agent.id} got a client delegation but has no llm: give it "
                 "Agent(llm=...) or override on_delegation()"
             )
-        ctx = self._ctx
-        tools = offered_tools(ctx, self.agent)
+        tools = offered_tools(ctx, agent)
         definitions = [t.definition for t in tools.values()]
-        context = self.chat_ctx.copy()
+        context = delegation.chat_ctx.copy()
         steps = ctx.options.max_tool_steps
         for step in range(steps + 1):
             text: list[str] = []
@@ -96,20 +80,23 @@ class ClientDelegation:
                 return "".join(text).strip()
             for call in calls:
                 context.append(call)
-                self._record(call)
+                _record(ctx, agent, call)
                 invocation = ToolInvocation(
                     ctx, call, tools.get(call.name), _no_speech(), _not_released(call)
                 )
                 outcome = await invocation.run()
                 context.append(outcome.output)
-                self._record(outcome.output)
+                _record(ctx, agent, outcome.output)
         raise LLMError("the delegated answer used up max_tool_steps without a final text")
 
-    def _record(self, item: FunctionCall | FunctionCallOutput) -> None:
-        # As the realtime engine records its tool calls: the agent's context (which the
-        # next delegation is answered from) and the session history.
-        self.agent.chat_ctx.append(item)
-        self._ctx.record(item)
+    return answer_with_llm
+
+
+def _record(ctx: SessionContext, agent: Agent, item: FunctionCall | FunctionCallOutput) -> None:
+    # As the realtime engine records its tool calls: the agent's context (which the next
+    # delegation is answered from) and the session history.
+    agent.chat_ctx.append(item)
+    ctx.record(item)
 
 
 @dataclass(eq=False, slots=True)
@@ -137,6 +124,7 @@ class ClientDelegations:
         self._agent = agent
         self._connection = connection
         self._pending: dict[str, _Pending] = {}
+        self._answer_with_llm = answerer(ctx)
 
     def open_count(self) -> int:
         return len(self._pending)
@@ -177,7 +165,13 @@ class ClientDelegations:
 
     async def _answer(self, pending: _Pending) -> None:
         agent = self._agent()
-        request = ClientDelegation(self._ctx, agent, pending.delegation_id, _model_context(agent))
+        request = ClientDelegation(
+            self._ctx.session,
+            agent,
+            pending.delegation_id,
+            _model_context(agent),
+            answer_with_llm=self._answer_with_llm,
+        )
         try:
             text = await agent.on_delegation(request)
         except asyncio.CancelledError:

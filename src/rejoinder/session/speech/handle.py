@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...models import ChatItem, ChatMessage
 from ...models.chat import new_id
 
 if TYPE_CHECKING:
     from ..hearing.preemptive import Preemptive
-    from .run import SpeechRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +33,12 @@ class ReplyRequest:
     """Tool rounds already taken in this turn; tools are withheld at ``max_tool_steps``."""
     prepared: Preemptive | None = None
     """A speculative generation to use if what it saw still matches."""
+
+
+class _Runtime(Protocol):
+    """What a handle needs of the runtime side that delivers it (``SpeechRun``)."""
+
+    def stop(self) -> None: ...
 
 
 class SpeechHandle:
@@ -61,7 +66,7 @@ class SpeechHandle:
         self._playout: asyncio.Future[None] = loop.create_future()
         self._done: asyncio.Future[None] = loop.create_future()
         self._follow_up: SpeechHandle | None = None
-        self._run: SpeechRun | None = None
+        self._run: _Runtime | None = None
         """The runtime side when an agent delivers this speech (``speech/run.py``); a
         realtime provider's replies have none."""
 

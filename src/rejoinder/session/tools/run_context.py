@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ...models import FunctionCall
 
 if TYPE_CHECKING:
-    from ..session import AgentSession
+    from ..public_session import PublicSession
     from ..speech.handle import SpeechHandle
 
 Userdata = TypeVar("Userdata")
@@ -18,7 +18,7 @@ class RunContext(Generic[Userdata]):
     def __init__(
         self,
         *,
-        session: AgentSession[Any],
+        session: PublicSession[Any],
         speech_handle: SpeechHandle,
         function_call: FunctionCall,
         release: Callable[[str], Awaitable[None]],
@@ -29,7 +29,9 @@ class RunContext(Generic[Userdata]):
         self._release = release
 
     @property
-    def session(self) -> AgentSession[Any]:
+    def session(self) -> PublicSession[Any]:
+        """The ``AgentSession`` the tool runs in (typed by the members it offers; the
+        agent type is not named here, so ``current_agent`` reads as ``Any``)."""
         return self._session
 
     @property
