@@ -204,5 +204,7 @@ def test_realtime_names_load_on_first_use() -> None:
         "False",
         "True",
         "rejoinder.models.realtime",
-        "rejoinder.session.realtime.client_delegation",
+        # What on_delegation is handed is a plain value beside Agent: naming it loads
+        # no realtime module.
+        "rejoinder.session.agents.agent",
     ]
