@@ -31,6 +31,9 @@ logger = logging.getLogger("rejoinder")
 
 
 class Engine:
+    # Slotted: every session holds one, and an idle session is counted in bytes.
+    __slots__ = ("_agents", "_ctx")
+
     def __init__(self, ctx: SessionContext, agents: AgentStack) -> None:
         self._ctx = ctx
         self._agents = agents

@@ -28,6 +28,8 @@ logger = logging.getLogger("rejoinder")
 
 
 class PipelineEngine(Engine):
+    __slots__ = ("_stt", "_user_turns", "_vad")
+
     def __init__(
         self, ctx: SessionContext, agents: AgentStack, *, vad: VAD | None, stt: STT | None
     ) -> None:
