@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ...floor import SESSION_OWNER, Obligation, ObligationKind
+from ...floor import Obligation
 from ...models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
 from ...models.realtime import (
     AgentAudio,
@@ -230,17 +230,7 @@ class RealtimeEngine(Engine):
         if isinstance(event, AgentAudio):
             playout.frame(event.frame)
         elif isinstance(event, AgentAudioStarted):
-            # Speech the provider starts while it owes nothing owes nothing until it is
-            # heard (no 0 ms "thinking" before "speaking"); the playout commits it then.
-            # Speech of a running response, an owed answer, or queued behind other speech
-            # is owed from the start.
-            reply = self._state.new(
-                ObligationKind.REPLY,
-                SESSION_OWNER,
-                label="realtime audio",
-                committed=None if self._owed() or not playout.idle else False,
-            )
-            self.obligations.audio_starting(reply)
+            reply = self.obligations.audio_starting(owed=bool(self._owed()) or not playout.idle)
             self._meter.audio_started()
             assert self._record_of is not None
             burst = playout.begin(reply)
@@ -346,7 +336,7 @@ class RealtimeEngine(Engine):
             self._rt.add_context(f"You already told the caller: {text}")
         assert self._record_of is not None
         self._record_of.burst_finished(burst, text, played.interrupted)
-        self._state.close(burst.reply, "interrupted" if played.interrupted else "played")
+        self.obligations.audio_finished(burst.reply, interrupted=played.interrupted)
         self._settle_handles()
 
     def _unvoiced(self) -> None:
@@ -378,13 +368,7 @@ class RealtimeEngine(Engine):
         async def release(message: str) -> None:
             if background:
                 return
-            # Still work for the user (no "away"), but no reply of ours is owed for it
-            # until its final result lands.
-            ob = self._state.new(
-                ObligationKind.TOOL, SESSION_OWNER, label=call.name, committed=False
-            )
-            self._state.open_new(ob)
-            background.append(ob)
+            background.append(self.obligations.tool_released(call.name))
             # The provider gets the interim result now; the final one comes later as
             # context and a reply, like a pipeline's deferred reply.
             self._answer(call, ToolOutcome(call_output(call, message), reply_required=True))
@@ -397,7 +381,7 @@ class RealtimeEngine(Engine):
             outcome = await invocation.run()
         except asyncio.CancelledError:
             self.obligations.tool_abandoned(call.call_id)
-            self._state.close(background, "cancelled")
+            self.obligations.background_ended(background, "cancelled")
             raise
         if outcome.handoff is not None and not self._ctx.closing:
             # The agent stack's handoff obligation opens before the call's own debt is
@@ -407,7 +391,8 @@ class RealtimeEngine(Engine):
             self._answer(call, outcome)
         else:
             self._final_result(call, outcome)
-            self._state.close(background, "done")  # nothing, after a handoff closed it
+            # Closes nothing when a handoff already carried it.
+            self.obligations.background_ended(background, "done")
         self._settle_handles()
 
     def _answer(self, call: FunctionCall, outcome: ToolOutcome) -> None:

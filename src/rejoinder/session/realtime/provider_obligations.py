@@ -14,6 +14,10 @@ the user from being marked away until they return). A lost connection closes eve
 the provider was doing. ``answer`` has no closing event on the wire, so it closes after
 ``answer_timeout`` if no audio follows.
 
+This is the one place a realtime session's obligations open and close, but for a
+client delegation's (``client_delegation.py``) and an agent switch's (``agents/``): a
+stretch of agent audio's ``reply`` and a tool released to the background included.
+
 Every obligation here is owned by the session, not by an agent: the provider connection
 outlives handoffs, and so does the work it is doing for the user (scenario B4).
 """
@@ -174,6 +178,18 @@ class ProviderObligations:
         if call is not None:
             self._state.close(call.obligation, "abandoned")
 
+    def tool_released(self, name: str) -> Obligation:
+        """A tool released itself to the background (``ctx.update``): its interim result
+        answers the call, and until its final result lands it is still work for the
+        user (no "away"), but no reply of ours is owed for it (uncommitted)."""
+        ob = self._state.new(ObligationKind.TOOL, SESSION_OWNER, label=name, committed=False)
+        self._state.open_new(ob)
+        return ob
+
+    def background_ended(self, background: list[Obligation], outcome: str) -> None:
+        """A released tool returned (``done``) or was cancelled (``cancelled``)."""
+        self._state.close(background, outcome)
+
     # ------------------------------------------------------------ answers, audio
 
     def owe_reply(self, label: str) -> None:
@@ -187,14 +203,29 @@ class ProviderObligations:
         ``predecessor`` hands over to the ``answer`` owed until agent audio starts."""
         self._owe_answer(predecessor, label=label)
 
-    def audio_starting(self, reply: Obligation) -> None:
-        """A stretch of agent audio begins; ``reply`` (not open yet) covers it."""
+    def audio_starting(self, *, owed: bool) -> Obligation:
+        """A stretch of agent audio begins: the ``reply`` that covers it, open. Speech
+        the provider starts while nothing is owed or playing (not ``owed``) owes nothing
+        until it is heard (no 0 ms "thinking" before "speaking"): the playout commits it
+        then. Speech of a running response, an owed answer, or queued behind other
+        speech is owed from the start."""
+        reply = self._state.new(
+            ObligationKind.REPLY,
+            SESSION_OWNER,
+            label="realtime audio",
+            committed=None if owed else False,
+        )
         self._bursts += 1
         answer = self._take_answer()
         if answer is not None:
             self._state.hand_over(answer, reply)
         else:
             self._state.open_new(reply)
+        return reply
+
+    def audio_finished(self, reply: Obligation, *, interrupted: bool) -> None:
+        """A stretch of agent audio played out (or was cut): its reply closes."""
+        self._state.close(reply, "interrupted" if interrupted else "played")
 
     def connection_lost(self) -> None:
         """Nothing the lost connection was doing will happen. Tools still running are no
