@@ -44,10 +44,10 @@ class Rig:
 
     def play_audio(self) -> None:
         """A burst starts, becomes audible and finishes."""
-        reply = self.state.new(ObligationKind.REPLY, SESSION_OWNER, label="burst")
-        self.obligations.audio_starting(reply)
+        # Owed from the start, as a burst of a running response is.
+        reply = self.obligations.audio_starting(owed=True)
         self.state.set_audible(reply, True)
-        self.state.close(reply, "played")
+        self.obligations.audio_finished(reply, interrupted=False)
 
 
 def started(resp: str, dlg: str | None = "dlg") -> BackendResponseStarted:
@@ -124,11 +124,11 @@ async def test_answer_that_never_comes_is_given_up_after_the_bound() -> None:
 async def test_completed_while_its_answer_is_already_audible_owes_nothing_more() -> None:
     rig = Rig()
     rig.obligations.response_started(started("r1"))
-    reply = rig.state.new(ObligationKind.REPLY, SESSION_OWNER, label="burst")
-    rig.obligations.audio_starting(reply)
+    # Owed from the start, as a burst of a running response is.
+    reply = rig.obligations.audio_starting(owed=True)
     rig.state.set_audible(reply, True)
     rig.obligations.response_ended(ended("r1", answer=True), audio_playing=True)
-    rig.state.close(reply, "played")
+    rig.obligations.audio_finished(reply, interrupted=False)
     assert rig.states == ["listening", "thinking", "speaking", "listening"]
 
 

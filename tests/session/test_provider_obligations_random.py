@@ -158,15 +158,15 @@ async def run(steps: list[tuple[object, ...]]) -> None:
             obligations.continuation_failed(ContinuationFailed(str(op[1]), "refused"))
             model.continuations.discard(str(op[1]))
         elif kind == "burst":
-            reply = state.new(ObligationKind.REPLY, SESSION_OWNER, label="burst")
-            obligations.audio_starting(reply)
+            # Owed from the start, as a burst of a running response is.
+            reply = obligations.audio_starting(owed=True)
             state.set_audible(reply, True)
             bursts.append(reply)
             model.bursts += 1
             model.audible += 1
             model.answer_until = None
         elif kind == "burst_end" and bursts:
-            state.close(bursts.pop(0), "played")
+            obligations.audio_finished(bursts.pop(0), interrupted=False)
             model.audible -= 1
         elif kind == "lost":
             obligations.connection_lost()
