@@ -25,7 +25,7 @@ PCM16 = npt.NDArray[np.int16]
 class AudioFrame:
     """``data``: int16 samples, channels interleaved."""
 
-    __slots__ = ("data", "num_channels", "sample_rate")
+    __slots__ = ("_duration", "_samples", "data", "num_channels", "sample_rate")
 
     def __init__(self, data: PCM16, sample_rate: int, num_channels: int = 1) -> None:
         if data.dtype != np.int16:
@@ -39,6 +39,10 @@ class AudioFrame:
         self.data = data
         self.sample_rate = sample_rate
         self.num_channels = num_channels
+        # Read several times per frame on every path (delivery, meters, outputs): worked
+        # out once here, since a frame's data is never replaced.
+        self._samples = int(data.shape[0]) // num_channels
+        self._duration = self._samples / sample_rate
 
     @classmethod
     def from_pcm(cls, pcm: bytes, sample_rate: int, num_channels: int = 1) -> AudioFrame:
@@ -54,11 +58,11 @@ class AudioFrame:
 
     @property
     def samples_per_channel(self) -> int:
-        return int(self.data.shape[0]) // self.num_channels
+        return self._samples
 
     @property
     def duration(self) -> float:
-        return self.samples_per_channel / self.sample_rate
+        return self._duration
 
     def to_pcm(self) -> bytes:
         return self.data.astype("<i2", copy=False).tobytes()
