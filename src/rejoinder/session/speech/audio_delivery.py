@@ -29,6 +29,7 @@ from ...models.speech_text import SpeechText, clean_for_speech, speech_filter
 from ...models.text import TextOutput
 from ...models.tts import TTS, SentenceSplitter, StreamingTTS, TTSStream, WordTiming
 from ..metrics_emit import TTSMeter
+from .channel import Channel
 from .delivery import Delivery, OnOutputError, OutputError
 
 QUIET_RELEASE = 0.12
@@ -81,7 +82,7 @@ class AudioDelivery(Delivery):
         self._quiet: asyncio.TimerHandle | None = None
         # The TTS hears cleaned text; segments, transcript and history keep the original.
         self._speech = speech_filter(getattr(tts, "text_filter", clean_for_speech))
-        self._sentences: asyncio.Queue[str | None] = asyncio.Queue()
+        self._sentences: Channel[str | None] = Channel()
         self._segments: list[_Segment] = []
         self._words: list[_Word] = []
         self._resampler: Resampler | None = None
@@ -116,7 +117,7 @@ class AudioDelivery(Delivery):
                 self._stream.push_text(spoken)
             return
         for sentence in self._splitter.push(text):
-            self._sentences.put_nowait(sentence)
+            self._sentences.put(sentence)
         if self._splitter.holding:
             self._quiet = self._loop.call_later(self._quiet_release, self.text_paused)
 
@@ -129,7 +130,7 @@ class AudioDelivery(Delivery):
         if self._stream is not None or self._synthesis.done():
             return  # a streaming TTS gets every delta; a stopped speech says nothing more
         if sentence := self._splitter.release():
-            self._sentences.put_nowait(sentence)
+            self._sentences.put(sentence)
 
     def _cancel_quiet(self) -> None:
         if self._quiet is not None:
@@ -145,8 +146,8 @@ class AudioDelivery(Delivery):
             self._cancel_quiet()  # the end of the text releases everything at once
             rest = self._splitter.flush()
             if rest:
-                self._sentences.put_nowait(rest)
-            self._sentences.put_nowait(None)
+                self._sentences.put(rest)
+            self._sentences.put(None)
         await self._synthesis
         if self._failure is not None:
             raise self._failure
@@ -249,7 +250,7 @@ class AudioDelivery(Delivery):
         else:
             await self._capture_tail(segment)
             return
-        frames: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
+        frames: Channel[AudioFrame | None] = Channel()
         reader = asyncio.ensure_future(self._read_ahead(source, segment, frames))
         try:
             while (frame := await frames.get()) is not None:
@@ -265,16 +266,16 @@ class AudioDelivery(Delivery):
         self,
         source: AsyncIterator[AudioFrame | WordTiming],
         segment: _Segment,
-        frames: asyncio.Queue[AudioFrame | None],
+        frames: Channel[AudioFrame | None],
     ) -> None:
         try:
             async for item in source:
                 if (frame := self._take(item, segment)) is not None:
-                    frames.put_nowait(frame)
+                    frames.put(frame)
             if (tail := self._tail(segment)) is not None:
-                frames.put_nowait(tail)
+                frames.put(tail)
         finally:
-            frames.put_nowait(None)
+            frames.put(None)
 
     def _take(self, item: AudioFrame | WordTiming, segment: _Segment) -> AudioFrame | None:
         """A synthesized item: a word timing is noted; a frame is resampled to the
