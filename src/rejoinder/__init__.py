@@ -3,8 +3,9 @@
 Heavy optional dependencies (HTTP clients, audio engines) are imported lazily by the
 providers that need them, so ``import rejoinder`` stays fast. The model interfaces
 (``LLM``, ``STT``, ``TTS``, ``VAD``) are plain ABCs and load eagerly; the audio names
-(numpy) and the realtime names (``RealtimeModel``, ``ClientDelegation``, ...: the realtime
-engine, which a text or pipeline session never uses) load on first use through ``_LAZY``.
+(numpy), the realtime names (``RealtimeModel``, ``ClientDelegation``, ...: the realtime
+engine, which a text or pipeline session never uses), the fallback chains and the keypad
+(``CollectDigits``) load on first use through ``_LAZY``.
 """
 
 from typing import TYPE_CHECKING
@@ -22,9 +23,6 @@ from .models import (
     ChatItem,
     ChatMessage,
     EOUMetrics,
-    FallbackLLM,
-    FallbackSTT,
-    FallbackTTS,
     FunctionCall,
     FunctionCallOutput,
     Interruption,
@@ -57,9 +55,7 @@ from .session import (
     AwayTimerEvent,
     BackgroundToolFinishedEvent,
     CloseEvent,
-    CollectDigits,
     ConversationItemAddedEvent,
-    Digits,
     DTMFEvent,
     ErrorEvent,
     FunctionTool,
@@ -84,9 +80,17 @@ from .session import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from .models import FallbackRealtime, RealtimeError, RealtimeModel, RealtimeSession
+    from .models import (
+        FallbackLLM,
+        FallbackRealtime,
+        FallbackSTT,
+        FallbackTTS,
+        RealtimeError,
+        RealtimeModel,
+        RealtimeSession,
+    )
     from .models.audio import AudioFrame, AudioInput, AudioOutput, PlaybackFinished
-    from .session import ClientDelegation
+    from .session import ClientDelegation, CollectDigits, Digits
 
 # Audio names pull in numpy: load them on first use so text-only programs start fast.
 _LAZY = {
@@ -96,6 +100,12 @@ _LAZY = {
     "RealtimeError": "rejoinder.models",
     "RealtimeModel": "rejoinder.models",
     "RealtimeSession": "rejoinder.models",
+    # Fallback chains and keypad digits: only programs that build them use them.
+    "FallbackLLM": "rejoinder.models",
+    "FallbackSTT": "rejoinder.models",
+    "FallbackTTS": "rejoinder.models",
+    "CollectDigits": "rejoinder.session",
+    "Digits": "rejoinder.session",
     "AudioFrame": "rejoinder.models.audio",
     "AudioInput": "rejoinder.models.audio",
     "AudioOutput": "rejoinder.models.audio",

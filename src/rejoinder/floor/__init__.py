@@ -1,7 +1,7 @@
 """Sans-I/O core: obligations in, derived agent/user state and timer decisions out.
 
-Imports nothing from asyncio or the rest of the package: it can be tested, and reasoned
-about, on its own.
+Imports nothing from asyncio, and from the rest of the package only ``_dataclass`` (the
+dataclass decorator): it can be tested, and reasoned about, on its own.
 """
 
 from .effects import (

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from .._dataclass import dataclass
 from .obligation import Obligation
 
 AgentState: TypeAlias = Literal["initializing", "listening", "thinking", "speaking"]

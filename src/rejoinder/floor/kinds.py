@@ -18,8 +18,9 @@ speaks a realtime or duplex protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from .._dataclass import dataclass
 
 
 class ObligationKind(StrEnum):

@@ -2,7 +2,8 @@
 
 The realtime names (``RealtimeModel``, ``RealtimeSession``, ``RealtimeError``,
 ``FallbackRealtime``) load on first use: a text or pipeline session never needs them, and
-they are about a tenth of ``import rejoinder``.
+they are about a tenth of ``import rejoinder``. So do the fallback chains (``FallbackLLM``,
+``FallbackSTT``, ``FallbackTTS``): nothing in the session uses them unless given one.
 """
 
 import sys
@@ -18,7 +19,6 @@ from .chat import (
     FunctionCallOutput,
     Role,
 )
-from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
 from .interruption import Interruption, InterruptionDetector, is_backchannel
 from .llm import (
     LLM,
@@ -48,10 +48,14 @@ from .turn_detector import TurnDetector, TurnDetectorError
 from .vad import VAD, VADEvent, VADStream
 
 if TYPE_CHECKING:
+    from .fallback import FallbackLLM, FallbackSTT, FallbackTTS
     from .realtime import RealtimeError, RealtimeModel, RealtimeSession
     from .realtime_fallback import FallbackRealtime
 
 _LAZY = {
+    "FallbackLLM": ".fallback",
+    "FallbackSTT": ".fallback",
+    "FallbackTTS": ".fallback",
     "RealtimeError": ".realtime",
     "RealtimeModel": ".realtime",
     "RealtimeSession": ".realtime",

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import random
+import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, TypeAlias
+
+from .._dataclass import dataclass
 
 Role: TypeAlias = Literal["system", "developer", "user", "assistant"]
 
 
-# Ids only need to be unique within a conversation, not unguessable: a seeded PRNG is
-# ~20x cheaper than secrets/os.urandom and avoids importing hashlib & co at start-up.
-_ids = random.Random()
-
-
+# Ids only need to be unique within a conversation, not unguessable. os.urandom costs
+# about what a seeded PRNG does per id (0.6 µs), without importing `random` at start-up
+# (1.5 ms) or `secrets` (hashlib & co).
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{_ids.getrandbits(48):012x}"
+    return f"{prefix}_{os.urandom(6).hex()}"
 
 
 @dataclass(slots=True)

@@ -32,10 +32,11 @@ is the offline one the shipped voice setup uses. Without one, the duration rule 
 from __future__ import annotations
 
 import enum
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from .._lazy import LazyPattern
 
 if TYPE_CHECKING:
     from .audio import AudioFrame
@@ -94,20 +95,20 @@ words after them they are a turn. "Thank you" over the agent is politeness, and 
 Whisper writes for many a non-speech sound.)"""
 
 # What recognizers write for sounds that are not words: "(coughs)", "[laughter]", "*sigh*".
-_NON_SPEECH = re.compile(r"[\(\[\*][^\)\]\*]*[\)\]\*]")
-_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*")
+_NON_SPEECH = LazyPattern(r"[\(\[\*][^\)\]\*]*[\)\]\*]")
+_WORD = LazyPattern(r"[a-z]+(?:[-'][a-z]+)*")
 # A backchannel phrase is short; past this many words it is a sentence.
 _MAX_BACKCHANNEL_WORDS = 4
 
 
 # A hum or a grunt, however the recognizer spells it: "mm-ma", "mmhmm", "uh-uh", "hmmm".
-_HUM = re.compile(r"^(?:[mh]+[au]?)+(?:-(?:[mh]+[au]?)+)*$|^u+h+(?:-h?u+h+)*$")
+_HUM = LazyPattern(r"^(?:[mh]+[au]?)+(?:-(?:[mh]+[au]?)+)*$|^u+h+(?:-h?u+h+)*$")
 # Laughter, however spelt: "heh", "hah", "chah", "hehehe", "hee".
-_LAUGH = re.compile(r"^(?:c?h[aeiou]+h?)+$")
+_LAUGH = LazyPattern(r"^(?:c?h[aeiou]+h?)+$")
 # Words that mean nothing alone: an article or a preposition the recognizer caught from
 # a sound ("the"), or a word it heard cut off ("C-").
 _STRAY = frozenset({"the", "an", "of", "to", "in", "on", "at", "for"})
-_CUT_OFF = re.compile(r"\b[a-z]+-(?![a-z])")
+_CUT_OFF = LazyPattern(r"\b[a-z]+-(?![a-z])")
 
 
 def is_backchannel(transcript: str) -> bool:

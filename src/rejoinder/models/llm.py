@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from .._dataclass import dataclass
 from .chat import ChatContext
 from .tools import ToolDefinition
 

@@ -16,8 +16,10 @@ payload the client protocol's ``metrics`` message carries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Literal, TypeAlias
+
+from .._dataclass import dataclass
 
 __all__ = [
     "EOUMetrics",

@@ -46,6 +46,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from .._lazy import LazyPattern
+
 __all__ = ["SentenceSplitter", "split_sentences"]
 
 # Abbreviations that never end a sentence (lower case, without the final period).
@@ -69,7 +71,7 @@ _MAYBE_FINAL = frozenset(
 _CLOSERS = "\"')]}»”’」』）】〕》〉*_`"
 _CJK_END = "。！？．｡"
 # Candidate ends: a CJK terminator run, a Latin terminator run, or a line break.
-_CANDIDATE = re.compile(
+_CANDIDATE = LazyPattern(
     rf"(?P<cjk>[{_CJK_END}!?！？]*[{_CJK_END}][{_CJK_END}!?！？]*)"
     rf"|(?P<latin>[.!?…]+)"
     r"|(?P<newline>\n)"
@@ -79,9 +81,9 @@ _CANDIDATE = re.compile(
 _ENDS_LIKE_A_SENTENCE = frozenset(f"{_CJK_END}!?！？.…{_CLOSERS}")
 # A token that may go on after a terminator with no space yet: a number ("3." → "3.14"),
 # a URL, an address or a domain ("example." → "example.com").
-_TOKEN_GOES_ON = re.compile(r"[/@:]|\d$|\.\w{2,}")
-_WORD_BEFORE = re.compile(r"(\S+)$")
-_AFTER_CJK = re.compile(f"[{re.escape(_CJK_END + _CLOSERS)}]")
+_TOKEN_GOES_ON = LazyPattern(r"[/@:]|\d$|\.\w{2,}")
+_WORD_BEFORE = LazyPattern(r"(\S+)$")
+_AFTER_CJK = LazyPattern(f"[{re.escape(_CJK_END + _CLOSERS)}]")
 
 
 def _token_before(text: str, index: int) -> str:

@@ -27,28 +27,30 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .._lazy import LazyPattern
+
 __all__ = ["CODE_OMITTED", "SpeechText", "clean_for_speech", "speech_filter"]
 
 CODE_OMITTED = "code omitted"
 
-_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.MULTILINE)
-_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
-_REFERENCE_LINK = re.compile(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
-_AUTOLINK = re.compile(r"<((?:https?://|mailto:)[^>\s]+)>")
-_HEADING = re.compile(r"^[ \t]*#{1,6}(?=\s|$)", re.MULTILINE)
-_RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
-_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
-_LIST = re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
-_TABLE_SEPARATOR = re.compile(
+_FENCE = LazyPattern(r"^[ \t]*(?:```|~~~)[^\n]*$", re.MULTILINE)
+_IMAGE_OR_LINK = LazyPattern(r"!?\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
+_REFERENCE_LINK = LazyPattern(r"\[([^\]\n]+)\]\[[^\]\n]*\]")
+_AUTOLINK = LazyPattern(r"<((?:https?://|mailto:)[^>\s]+)>")
+_HEADING = LazyPattern(r"^[ \t]*#{1,6}(?=\s|$)", re.MULTILINE)
+_RULE = LazyPattern(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.MULTILINE)
+_QUOTE = LazyPattern(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE)
+_LIST = LazyPattern(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
+_TABLE_SEPARATOR = LazyPattern(
     r"^[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?$", re.MULTILINE
 )
-_TABLE_EDGE = re.compile(r"^[ \t]*\|[ \t]*|[ \t]*\|[ \t]*$", re.MULTILINE)
-_PIPE = re.compile(r"\s*\|\s*")
-_STARS = re.compile(r"(?<!\w)\*+(?=\S)|(?<=\S)\*+(?!\w)")
-_UNDERSCORES = re.compile(r"(?<![\w\\])_+(?=\S)|(?<=\S)_+(?![\w])")
-_STRIKE = re.compile(r"~~")
-_BACKTICKS = re.compile(r"`+")
-_WHITESPACE = re.compile(r"\s+")
+_TABLE_EDGE = LazyPattern(r"^[ \t]*\|[ \t]*|[ \t]*\|[ \t]*$", re.MULTILINE)
+_PIPE = LazyPattern(r"\s*\|\s*")
+_STARS = LazyPattern(r"(?<!\w)\*+(?=\S)|(?<=\S)\*+(?!\w)")
+_UNDERSCORES = LazyPattern(r"(?<![\w\\])_+(?=\S)|(?<=\S)_+(?![\w])")
+_STRIKE = LazyPattern(r"~~")
+_BACKTICKS = LazyPattern(r"`+")
+_WHITESPACE = LazyPattern(r"\s+")
 
 _EMOJI_RANGES = (
     "\U0001f000-\U0001faff"  # mahjong .. symbols and pictographs extended-A (flags too)
@@ -57,7 +59,7 @@ _EMOJI_RANGES = (
     "\u231a\u231b\u2328\u23cf\u23e9-\u23f3\u23f8-\u23fa"  # ⌚ ⏰ ...
     "\u2934\u2935\u3030\u303d\u3297\u3299"
 )
-_EMOJI = re.compile(
+_EMOJI = LazyPattern(
     rf"[{_EMOJI_RANGES}](?:[\ufe0e\ufe0f\u20e3\U000e0020-\U000e007f]|\u200d[{_EMOJI_RANGES}])*"
     r"|[\ufe0e\ufe0f\u20e3\U000e0020-\U000e007f]"
 )
@@ -123,7 +125,7 @@ def clean_for_speech(text: str, *, markdown: bool = True, emoji: bool = True) ->
 
 
 # An inline construct still open at the end of a delta: wait for the rest.
-_OPEN_CONSTRUCT = re.compile(r"!?\[[^\]\n]*(?:\]\([^)\n]*)?$|`[^`\n]*$")
+_OPEN_CONSTRUCT = LazyPattern(r"!?\[[^\]\n]*(?:\]\([^)\n]*)?$|`[^`\n]*$")
 
 
 class SpeechText:

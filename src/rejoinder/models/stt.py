@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from typing import TYPE_CHECKING
+
+from .._dataclass import dataclass
 
 if TYPE_CHECKING:
     from .audio import AudioFrame  # numpy: imported only where audio flows

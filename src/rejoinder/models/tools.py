@@ -6,8 +6,10 @@ lives in ``rejoinder.session.tools.function_tool``; providers only ever see ``To
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from .._dataclass import dataclass
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ and *complete* otherwise. The session combines it with the audio turn model.
 from __future__ import annotations
 
 import enum
-import re
+
+from .._lazy import LazyPattern
 
 __all__ = ["TextEnd", "judge_text_end"]
 
@@ -65,8 +66,8 @@ _MAYBE = {
 _MODALS = {"can", "could", "would", "will", "should", "may", "might", "shall"}
 _SUBJECTS = {"you", "we", "i", "they"}
 
-_BREAKS_OFF = re.compile(r"(\.\.\.|…|,|;|:|-|–|—)\s*['\")\]]*\s*$")
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_BREAKS_OFF = LazyPattern(r"(\.\.\.|…|,|;|:|-|–|—)\s*['\")\]]*\s*$")
+_WORD = LazyPattern(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
 def judge_text_end(transcript: str) -> TextEnd:

@@ -7,8 +7,9 @@ inline on the frame path, so no task or queue hop is spent per frame.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from .._dataclass import dataclass
 
 if TYPE_CHECKING:
     from .audio import AudioFrame  # numpy: imported only where audio flows

@@ -23,6 +23,9 @@ Where things are decided, by folder:
   speaks.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 from ..models.claims import close_shared, shared
 from .agents.agent import Agent, ClientDelegation
 from .agents.agent_task import AgentTask
@@ -43,7 +46,6 @@ from .events import (
     UserStateChangedEvent,
     UserTurnDiscardedEvent,
 )
-from .hearing.keypad import CollectDigits, Digits
 from .run_result import RunResult
 from .session import AgentSession
 from .speech.handle import SpeechHandle
@@ -87,3 +89,13 @@ __all__ = [
     "shared",
 ]
 
+
+if TYPE_CHECKING:
+    from .hearing.keypad import CollectDigits, Digits
+
+
+# Keypad digits (``CollectDigits``) are for phone calls, and nothing else in the session
+# imports them: they load on first use.
+__getattr__ = lazy_names(
+    __name__, globals(), {"CollectDigits": ".hearing.keypad", "Digits": ".hearing.keypad"}
+)

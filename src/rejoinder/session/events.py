@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from .._dataclass import dataclass
 from ..floor import AgentState, UserState
 from ..models import ChatItem, FunctionCall, FunctionCallOutput, Metrics
 

@@ -4,8 +4,9 @@ the slots its transport fills (``session.input.audio``, ``session.output.audio``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from .._dataclass import dataclass
 
 if TYPE_CHECKING:
     from ..models.interruption import InterruptionDetector

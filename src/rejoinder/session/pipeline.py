@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from .engine import Engine
 from .events import UserInputTranscribedEvent, UserTurnDiscardedEvent
-from .hearing.user_turns import UserTurns
 from .speech.handle import ReplyRequest, SpeechHandle
 
 if TYPE_CHECKING:
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from .agents.agent import Agent
     from .agents.agent_stack import AgentStack
     from .context import SessionContext
+    from .hearing.user_turns import UserTurns
 
 logger = logging.getLogger("rejoinder")
 
@@ -43,6 +43,9 @@ class PipelineEngine(Engine):
             return
         if self._vad is None or self._stt is None:
             raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
+        # Here, not at import: a text session never loads the hearing side.
+        from .hearing.user_turns import UserTurns
+
         agents = self._agents
         self._user_turns = UserTurns(
             self._ctx,

@@ -11,10 +11,10 @@ A failed expectation raises ``AssertionError`` with a numbered dump of the turn'
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NoReturn
 
+from .._dataclass import dataclass
 from ..models import AgentHandoff, ChatItem, ChatMessage, FunctionCall, FunctionCallOutput
 
 
@@ -125,6 +125,8 @@ class EventAssert:
         ok = isinstance(item, FunctionCall) and (name is None or item.name == name)
         if ok and arguments is not None:
             assert isinstance(item, FunctionCall)
+            import json  # here, not at import: only assertions on arguments parse JSON
+
             try:
                 ok = json.loads(item.arguments or "{}") == arguments
             except json.JSONDecodeError:

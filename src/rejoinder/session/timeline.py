@@ -44,12 +44,11 @@ reader skips what it does not know.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "Timeline", "json_safe", "read_timeline"]
@@ -93,12 +92,14 @@ class Timeline:
         if self._sink is not None:
             self._write(entry)
 
-    def write_to(self, target: str | Path | IO[str]) -> None:
+    def write_to(self, target: str | os.PathLike[str] | IO[str]) -> None:
         """From now on write every entry to ``target`` (a path, opened for writing, or an
         open text file), one JSON object a line; the entries kept so far go first. The
         file is closed with ``close()`` (the session does it when it closes)."""
         self.close()
-        if isinstance(target, str | Path):
+        # os.PathLike, not pathlib.Path: pathlib (with urllib.parse) is 5 ms of import
+        # that a session writing no file would pay.
+        if isinstance(target, str | os.PathLike):
             self._sink = open(target, "w", encoding="utf-8")  # noqa: SIM115 - kept open
             self._own_sink = True
         else:
@@ -119,6 +120,8 @@ class Timeline:
 
     def _write(self, entry: Mapping[str, Any]) -> None:
         assert self._sink is not None
+        import json  # here, not at import: most sessions never write their timeline
+
         try:
             self._sink.write(json.dumps(json_safe(entry), separators=(",", ":")) + "\n")
         except (OSError, ValueError) as exc:  # a full disk must not break the session
@@ -128,6 +131,8 @@ class Timeline:
 
 def read_timeline(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Entries from JSON lines (a file's lines); blank lines and non-entries are skipped."""
+    import json  # here, not at import: only the timeline tools read files
+
     entries: list[dict[str, Any]] = []
     for line in lines:
         line = line.strip()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from .._dataclass import dataclass
 from ..floor import Obligation
 from ..models import AgentHandoff, ChatMessage, FunctionCall, FunctionCallOutput
 from .events import EventEmitter

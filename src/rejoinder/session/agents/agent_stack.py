@@ -37,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeVar
 
+from ..._dataclass import dataclass
 from ...floor import SESSION_OWNER, Obligation, ObligationKind
 from ...models import AgentHandoff, ToolError
 from ..context import SessionContext

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..._dataclass import dataclass
 from ...models import ChatItem, ChatMessage
 from ...models.chat import new_id
 

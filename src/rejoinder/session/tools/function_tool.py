@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -182,6 +181,8 @@ def find_tools(obj: object) -> list[FunctionTool]:
 
 def arguments_object(tool: str, raw: str) -> dict[str, Any]:
     """A tool call's model-written arguments as a JSON object, or ``ToolError``."""
+    import json  # here, not at import: a session without tool calls never parses JSON
+
     try:
         data = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:

@@ -10,12 +10,11 @@ everything else is decided here, once.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..._dataclass import dataclass
 from ...models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
 from .function_tool import FunctionTool
 from .run_context import RunContext
@@ -141,6 +140,8 @@ def _to_text(value: Any) -> str:
     dump = getattr(value, "model_dump_json", None)
     if callable(dump):
         return str(dump())
+    import json  # here, not at import: a session without tool calls never writes JSON
+
     try:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):

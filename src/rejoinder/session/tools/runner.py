@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from ..._dataclass import dataclass
 from ...floor import Obligation, ObligationKind
 from ...models import FunctionCall, FunctionCallOutput
 from ..events import BackgroundToolFinishedEvent
