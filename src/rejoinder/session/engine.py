@@ -57,6 +57,14 @@ class Engine:
         instructions: str | None,
         allow_interruptions: bool | None,
     ) -> SpeechHandle:
+        if self._closing_while_running():
+            return self._unsaid("generate_reply", user_input)
+        return self._generate(user_input, instructions, allow_interruptions)
+
+    def _generate(
+        self, user_input: str | None, instructions: str | None, allow_interruptions: bool | None
+    ) -> SpeechHandle:
+        """A reply the session is running to produce (``generate_reply``, checked)."""
         raise NotImplementedError
 
     def interrupt(self) -> asyncio.Future[None]:

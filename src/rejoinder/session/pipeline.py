@@ -56,15 +56,9 @@ class PipelineEngine(Engine):
         )
         self._ctx.spawn(self._user_turns.run(microphone))
 
-    def generate_reply(
-        self,
-        *,
-        user_input: str | None,
-        instructions: str | None,
-        allow_interruptions: bool | None,
+    def _generate(
+        self, user_input: str | None, instructions: str | None, allow_interruptions: bool | None
     ) -> SpeechHandle:
-        if self._closing_while_running():
-            return self._unsaid("generate_reply", user_input)
         if user_input is None:
             return self._agents.speaker().create_speech(
                 source="generate_reply",

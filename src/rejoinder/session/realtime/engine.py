@@ -167,16 +167,10 @@ class RealtimeEngine(Engine):
             )
         return super().say(text, allow_interruptions)
 
-    def generate_reply(
-        self,
-        *,
-        user_input: str | None,
-        instructions: str | None,
-        allow_interruptions: bool | None,
+    def _generate(
+        self, user_input: str | None, instructions: str | None, allow_interruptions: bool | None
     ) -> SpeechHandle:
         # The provider decides whether its reply may be interrupted (its own VAD).
-        if self._closing_while_running():
-            return self._unsaid("generate_reply", user_input)
         self._agents.running()  # raises if the session is not running
         return self._reply(instructions, user_input)
 
