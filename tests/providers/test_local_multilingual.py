@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ from rejoinder.models.audio import AudioFrame
 from rejoinder.models.stt import STTError
 from rejoinder.providers.local import whisper
 from rejoinder.providers.local.whisper import WhisperSTT, WhisperTranscript
+
+from ._words import word_error, words
 
 pytest.importorskip("faster_whisper", reason="needs the offline stack: rejoinder[local]")
 pytest.importorskip("espeakng_loader", reason="the speech comes from EspeakTTS")
@@ -67,21 +68,6 @@ SPEECH = {
         {"merci", "beaucoup"},
     ),
 }
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^\w' ]", " ", text.lower()).split()
-
-
-def word_error(reference: str, hypothesis: str) -> float:
-    """Word error rate: word-level edit distance over the reference's length."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        previous, row[0] = row[:], i
-        for j, h in enumerate(hyp, 1):
-            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (r != h))
-    return row[-1] / len(ref)
 
 
 def test_word_error_counts_edits() -> None:

