@@ -135,6 +135,30 @@ async def test_frame_size_does_not_matter(frame_seconds: float) -> None:
     assert [e for _, e in feed(SileroVAD().stream(), audio, frame_seconds)] == reference
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+async def test_buffers_bound_once_give_what_a_plain_run_gives_bit_for_bit(batch: int) -> None:
+    # The stream runs the model on buffers bound once (onnxruntime's I/O binding); a
+    # session without io_binding takes the plain run, the reference.
+    vad = SileroVAD(batch_windows=batch)
+    real = vad._get_session()
+
+    class Plain:
+        def run(self, outputs: None, feeds: dict[str, Any]) -> Any:
+            return real.run(outputs, feeds)
+
+    bound, plain = vad.stream(), SileroStream(vad, Plain())  # type: ignore[arg-type]
+    assert bound._bound is not None and plain._bound is None
+    audio = padded(await speech(), 0.5, 0.7)
+    seen: list[tuple[list[float], list[float]]] = []
+    for start in range(0, audio.data.shape[0], 320):
+        frame = AudioFrame(audio.data[start : start + 320], 16000)
+        events = bound.push(frame), plain.push(frame)
+        assert [e.type for e in events[0]] == [e.type for e in events[1]]
+        seen.append(([bound.last_probability], [plain.last_probability]))
+    assert [b for b, _ in seen] == [p for _, p in seen]
+    assert max(p[0] for _, p in seen) > 0.9  # the speech was heard, state carried along
+
+
 async def test_silence_and_quiet_noise_give_no_events() -> None:
     stream = SileroVAD().stream()
     assert feed(stream, AudioFrame.silence(3.0, 16000)) == []
