@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -27,6 +28,7 @@ from ..models import is_realtime_model
 from ..models.audio import AudioFrame, AudioInput
 from ..models.chat import ChatMessage, FunctionCall, FunctionCallOutput, new_id
 from ..models.text import TextOutput
+from .mic_clock import MIC_BATCH_INTERVAL, mic_clock
 from .playback import ReportedPlayback
 from .protocol import (
     TIMELINE_KINDS,
@@ -59,18 +61,35 @@ logger = logging.getLogger("rejoinder")
 class PushAudioInput(AudioInput):
     """Microphone audio a transport pushes as it arrives (PCM16LE mono bytes, or frames).
 
-    The client paces it (a microphone produces it in real time), so frames are delivered
-    as they come. At most ``max_seconds`` wait to be read; beyond that new audio is
-    dropped and ``push_pcm`` returns False (the session is not keeping up, or the client
-    sends faster than real time)."""
+    The client paces it (a microphone produces it in real time). A reader that waits for
+    audio gets it on the next tick of the loop's shared ``MicClock`` (every
+    ``batch_interval`` seconds; 0: at once), so that the sessions of one process hear
+    their microphones in one loop iteration rather than each at its own moment (see
+    ``mic_clock``); a reader that is busy finds every frame queued. At most
+    ``max_seconds`` wait to be read; beyond that new audio is dropped and ``push_pcm``
+    returns False (the session is not keeping up, or the client sends faster than real
+    time)."""
 
-    def __init__(self, sample_rate: int, *, max_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        sample_rate: int,
+        *,
+        max_seconds: float = 5.0,
+        batch_interval: float = MIC_BATCH_INTERVAL,
+    ) -> None:
         if sample_rate <= 0:
             raise ValueError("sample_rate must be positive")
+        if batch_interval < 0:
+            raise ValueError("batch_interval must not be negative")
         self.sample_rate = sample_rate
+        self.batch_interval = batch_interval
         self._limit = int(max_seconds * sample_rate)
         self._queued = 0
-        self._queue: asyncio.Queue[AudioFrame | None] = asyncio.Queue()
+        self._frames: deque[AudioFrame] = deque()
+        self._readers: list[asyncio.Future[None]] = []
+        """Readers waiting for audio (one, but a second may come)."""
+        self._wake_due = False
+        """The clock will wake the readers at its next tick."""
         self._odd = b""
         self._closed = False
         self._discard = False
@@ -99,8 +118,21 @@ class PushAudioInput(AudioInput):
             self.dropped_samples += samples
             return False
         self._queued += samples
-        self._queue.put_nowait(frame)
+        self._frames.append(frame)
+        if self._readers and not self._wake_due:
+            if self.batch_interval:
+                self._wake_due = True
+                mic_clock(self.batch_interval).call_at_tick(self._wake_readers)
+            else:
+                self._wake_readers()
         return True
+
+    def _wake_readers(self) -> None:
+        self._wake_due = False
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            if not reader.done():  # not cancelled meanwhile
+                reader.set_result(None)
 
     def discard(self) -> None:
         """Nobody listens: accept audio and drop it (never an overrun)."""
@@ -110,10 +142,24 @@ class PushAudioInput(AudioInput):
         """The microphone is gone: iteration ends after what was queued."""
         if not self._closed:
             self._closed = True
-            self._queue.put_nowait(None)
+            self._wake_readers()  # the end need not wait for a tick
 
     async def __aiter__(self) -> AsyncIterator[AudioFrame]:
-        while (frame := await self._queue.get()) is not None:
+        frames = self._frames
+        loop = asyncio.get_running_loop()
+        while True:
+            if not frames:
+                if self._closed:
+                    return
+                reader: asyncio.Future[None] = loop.create_future()
+                self._readers.append(reader)
+                try:
+                    await reader
+                finally:
+                    if reader in self._readers:  # cancelled before it was woken
+                        self._readers.remove(reader)
+                continue
+            frame = frames.popleft()
             self._queued -= frame.samples_per_channel
             yield frame
 

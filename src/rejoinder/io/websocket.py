@@ -25,6 +25,7 @@ from aiohttp import web
 from ..models.audio import AudioFrame
 from .connection import Connection, Entrypoint, PushAudioInput
 from .hosting import SocketBinding, run_socket
+from .mic_clock import MIC_BATCH_INTERVAL
 from .outbox import CloseRequest, Outbox
 from .playback import ReportedPlayback
 from .protocol import (
@@ -62,6 +63,9 @@ class WebSocketOptions:
     """Largest frame accepted (about 8 s of 16 kHz audio); larger: close 1009."""
     max_mic_seconds: float = 5.0
     """Microphone audio that may wait to be read by the session."""
+    mic_batch_interval: float = MIC_BATCH_INTERVAL
+    """Seconds between two hand-overs of microphone audio to the sessions, shared by all
+    of them (see ``mic_clock``): a frame waits up to this long. 0: each at once."""
     start_timeout: float = 10.0
     """Seconds the client has to send ``start`` after connecting."""
     heartbeat: float | None = 15.0
@@ -169,7 +173,9 @@ class WebSocketPeer:
         self.connection = Connection(
             transport="websocket",
             audio_input=PushAudioInput(
-                message.sample_rate, max_seconds=self.options.max_mic_seconds
+                message.sample_rate,
+                max_seconds=self.options.max_mic_seconds,
+                batch_interval=self.options.mic_batch_interval,
             ),
             audio_output=playback,
             send=self.send,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ...models import g711
 from ...models.audio import AudioFrame
 from ..connection import Connection, PushAudioInput
+from ..mic_clock import MIC_BATCH_INTERVAL
 from ..outbox import Outbox
 from ..protocol import CloseCode, ServerMessage
 from .dialects import CallInfo, Dialect, Ignored, KeyPressed, MarkEchoed, Media, Started, Stopped
@@ -58,6 +59,9 @@ class TelephonyOptions:
     """Seconds the provider has to send ``start`` after connecting."""
     heartbeat: float | None = 30.0
     max_mic_seconds: float = 5.0
+    mic_batch_interval: float = MIC_BATCH_INTERVAL
+    """Seconds between two hand-overs of caller audio to the sessions, shared by all of
+    them (see ``mic_clock``): a frame waits up to this long. 0: each at once."""
     max_queued_messages: int = 4000
     max_queued_audio_bytes: int = 256 * 1024
     close_timeout: float = 30.0
@@ -195,7 +199,11 @@ class MediaStreamPeer:
         )
         self.connection = Connection(
             transport=call.provider,
-            audio_input=PushAudioInput(call.sample_rate, max_seconds=opts.max_mic_seconds),
+            audio_input=PushAudioInput(
+                call.sample_rate,
+                max_seconds=opts.max_mic_seconds,
+                batch_interval=opts.mic_batch_interval,
+            ),
             audio_output=self._playback,
             send=_no_client_channel,
             remote=self._remote,
