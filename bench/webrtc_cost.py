@@ -18,6 +18,7 @@ CPU time per unit of work), with the median. Prints one JSON line per mode. Targ
 listening <= 6 % of one core per session.
 
     python bench/webrtc_cost.py [--sessions 5] [--seconds 10] [--vad silero|energy]
+    REJOINDER_BENCH_PROFILE=/tmp/rtc.prof python bench/webrtc_cost.py --repeat 1
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import importlib.util
 import json
+import os
 import resource
 import sys
 import time
@@ -36,6 +39,9 @@ import numpy as np
 
 RATE = 48000
 FRAME = 960
+PROFILE = os.environ.get("REJOINDER_BENCH_PROFILE")
+"""A path: cProfile the event loop's thread over each measured window, written to
+PATH.listening and PATH.talking (the last run of each mode)."""
 TALK = "This is a long answer that keeps the agent talking for the whole measurement. " * 20
 
 
@@ -164,7 +170,13 @@ async def run_mode(
         await asyncio.sleep(3.0)  # warm up: VAD sessions, encoders, jitter buffers
         states = [c.session.agent_state for c in started if c.session is not None]
         mic, frames_out = MIC_SECONDS[0], sum(p.track.position for p in server._peers)
+        profiler = cProfile.Profile() if PROFILE else None
+        if profiler is not None:
+            profiler.enable()
         figures = await measure(seconds)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{PROFILE}.{mode}")
         mic = MIC_SECONDS[0] - mic
         frames_out = (sum(p.track.position for p in server._peers) - frames_out) // 960
         states_after = [c.session.agent_state for c in started if c.session is not None]

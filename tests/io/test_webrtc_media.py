@@ -92,3 +92,91 @@ async def test_recv_paces_20_ms_packets_and_sends_the_prepared_silence_when_idle
     assert all(p != silence_packet() for p in spoken[:2])
     assert spoken[5] == silence_packet()
     track.stop()
+
+
+def opus_packets(n: int) -> list[bytes]:
+    from rejoinder.io.webrtc.media import _encode, _opus_encoder
+
+    codec = _opus_encoder()
+    tone = (np.sin(np.arange(FRAME_SAMPLES * n) * 0.05) * 8000).astype(np.int16)
+    packets: list[bytes] = []
+    for i in range(n):
+        packets += _encode(codec, tone[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES])
+    return packets
+
+
+async def test_the_microphone_is_decoded_on_the_loop_at_the_next_hand_over() -> None:
+    import threading
+
+    from aiortc.jitterbuffer import JitterFrame
+    from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+
+    from rejoinder.io.connection import PushAudioInput
+    from rejoinder.io.webrtc.media import MicrophoneDecoder
+
+    loop = asyncio.get_running_loop()
+    opus = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2)
+    mic = PushAudioInput(16000, batch_interval=0.02)
+    decoder = MicrophoneDecoder(mic)
+    heard: list[tuple[float, AudioFrame]] = []
+
+    async def read() -> None:
+        async for f in mic:
+            heard.append((loop.time(), f))
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0.005)
+    packets = opus_packets(10)
+    for i, packet in enumerate(packets[:5]):
+        decoder.put((opus, JitterFrame(data=packet, timestamp=i * FRAME_SAMPLES)))
+    put_at = loop.time()
+    assert heard == [] and decoder.last_frame == put_at
+    await asyncio.sleep(0.03)
+    ticks = {t for t, _ in heard}
+    assert len(ticks) == 1 and put_at < min(ticks) <= put_at + 0.02  # all five, at the tick
+    assert all(f.sample_rate == 16000 and f.num_channels == 1 for _, f in heard)
+    before = len(heard)
+    for i, packet in enumerate(packets[5:], 5):
+        decoder.put((opus, JitterFrame(data=packet, timestamp=i * FRAME_SAMPLES)))
+    # the receiver stops: what was pending is heard, and aiortc's idle thread returns
+    thread = threading.Thread(target=decoder.get)
+    thread.start()
+    decoder.put(None)
+    thread.join(1)
+    assert not thread.is_alive()
+    mic.close()
+    await asyncio.wait_for(reader, 1)
+    assert len(heard) > before
+    samples = sum(f.samples_per_channel for _, f in heard)
+    assert 10 * 320 - 600 <= samples <= 10 * 320  # soxr holds a little back
+
+
+async def test_the_watch_ends_when_the_track_ends_or_stays_idle() -> None:
+    from aiortc.mediastreams import MediaStreamError
+
+    from rejoinder.io.connection import PushAudioInput
+    from rejoinder.io.webrtc.media import MicrophoneDecoder, watch_microphone
+
+    loop = asyncio.get_running_loop()
+
+    class Track:
+        def __init__(self) -> None:
+            self.end = asyncio.Event()
+
+        async def recv(self) -> None:
+            await self.end.wait()
+            raise MediaStreamError
+
+    decoder = MicrophoneDecoder(PushAudioInput(16000))
+    track = Track()
+    start = loop.time()
+    watch = asyncio.create_task(watch_microphone(track, decoder, idle_timeout=1.0))  # type: ignore[arg-type]
+    await asyncio.sleep(0.7)
+    decoder.last_frame = loop.time()  # a frame came: idle counts from it
+    await asyncio.wait_for(watch, 5)
+    assert loop.time() - start == pytest.approx(1.7, abs=1e-6)
+    ended = asyncio.create_task(watch_microphone(track, decoder, idle_timeout=None))  # type: ignore[arg-type]
+    await asyncio.sleep(3)
+    assert not ended.done()
+    track.end.set()
+    await asyncio.wait_for(ended, 1)

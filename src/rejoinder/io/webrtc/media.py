@@ -3,13 +3,16 @@
 ``forward_microphone`` reads the remote track aiortc decodes (48 kHz Opus, usually
 stereo) into the session's microphone (a ``PushAudioInput``): mono frames at the rate
 the session wants (16 kHz by default, what VADs and recognisers take), resampled with
-soxr.
+soxr. With ``decode_into`` the receiver's packets are decoded on the event loop at the
+microphone's hand-overs instead of in aiortc's decoder thread (``watch_microphone`` then
+only watches the track for its end).
 
 ``AgentTrack`` is the local track aiortc sends. aiortc pulls one frame every 20 ms from
-``recv()``; the track paces those pulls in real time and answers with agent audio when
-some is queued and with silence otherwise. It hands aiortc encoded Opus packets (it
-encodes the agent's audio itself and repeats one prepared packet for silence), so a
-listening session encodes nothing and no frame takes a trip through aiortc's thread pool.
+``recv()``; the track paces those pulls in real time (on a 20 ms grid of the loop's clock
+that every track shares) and answers with agent audio when some is queued and with
+silence otherwise. It hands aiortc encoded Opus packets (it encodes the agent's audio
+itself and repeats one prepared packet for silence), so a listening session encodes
+nothing and no frame takes a trip through aiortc's thread pool.
 
 The track also keeps the map that turns the client's ``played`` reports into playback
 truth. A WebRTC client can only count what comes out of the track, silence included: in a
@@ -25,6 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import fractions
+import logging
+import math
+import threading
 from collections import deque
 from typing import Any
 
@@ -33,13 +39,17 @@ import numpy as np
 from ...models.audio import PCM16, AudioFrame
 from ...models.audio_utils import Resampler
 from ..connection import PushAudioInput
+from ..mic_clock import mic_clock
 from . import _deps
 
 _deps.require()
 
 import av  # noqa: E402  # after the check that names the extra to install
 from aiortc import RTCRtpReceiver  # noqa: E402
+from aiortc.codecs import get_decoder  # noqa: E402
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack  # noqa: E402
+
+logger = logging.getLogger("rejoinder.io.webrtc")
 
 TRACK_RATE = 48000
 """The agent track's rate: Opus in WebRTC always runs a 48 kHz clock."""
@@ -127,6 +137,113 @@ def shorten_receive_buffer(receiver: RTCRtpReceiver) -> bool:
     return True
 
 
+class MicrophoneDecoder:
+    """Stands in for the queue an aiortc receiver hands complete encoded frames to, which
+    its decoder thread reads. The frames wait for the microphone's next hand-over (a tick
+    of the loop's ``MicClock``, see ``PushAudioInput``), where they are decoded, mixed
+    down, resampled and pushed into ``into``, in the loop iteration in which every
+    session's audio is handed over. A hop through a thread per frame cost more than the
+    decoding (about 40 µs for 20 ms of Opus): the thread's wake-up, and the loop's own
+    wake-up for each frame it handed back; decoding each frame as it arrives, at every
+    client's own moment, ran with cold caches.
+
+    aiortc still starts its thread, with this as its queue: ``get`` keeps it waiting
+    until the receiver stops (``put(None)``), when it ends the remote track as always."""
+
+    def __init__(self, into: PushAudioInput) -> None:
+        self._into = into
+        self._pending: list[tuple[Any, Any]] = []
+        self._codec: str | None = None
+        self._decoder: Any = None
+        self._resampler: Resampler | None = None
+        self._stopped = threading.Event()
+        self.last_frame: float | None = None
+        """The loop's time when the last frame arrived."""
+
+    def put(self, item: tuple[Any, Any] | None) -> None:
+        """From aiortc, on the loop: a codec and an encoded frame, or None to stop."""
+        if item is None:
+            self._hand_over()  # what came before the end is heard
+            self._stopped.set()
+            return
+        loop = asyncio.get_running_loop()
+        self.last_frame = loop.time()
+        self._pending.append(item)
+        if len(self._pending) == 1:
+            if self._into.batch_interval:
+                mic_clock(self._into.batch_interval).call_at_tick(self._hand_over)
+            else:
+                self._hand_over()
+
+    def get(self) -> None:
+        """From aiortc's decoder thread: nothing to decode there until the end."""
+        self._stopped.wait()
+
+    def _hand_over(self) -> None:
+        pending, self._pending = self._pending, []
+        for codec, encoded in pending:
+            if codec.name != self._codec:
+                self._decoder = get_decoder(codec)
+                self._codec = codec.name
+            try:
+                frames = self._decoder.decode(encoded)
+            except av.FFmpegError as exc:  # keep the decoder's state, as aiortc does
+                logger.warning("a microphone frame (%s) failed to decode: %s", codec.name, exc)
+                continue
+            for frame in frames:
+                if isinstance(frame, av.AudioFrame):
+                    self._push(frame)
+
+    def _push(self, frame: av.AudioFrame) -> None:
+        rate = frame.sample_rate
+        resampler = self._resampler
+        if resampler is None or resampler.in_rate != rate:
+            resampler = self._resampler = Resampler(rate, self._into.sample_rate)
+        out = resampler.push(AudioFrame(_mono(frame), rate))
+        if out is not None:
+            self._into.push(out)
+
+
+def decode_into(receiver: RTCRtpReceiver, into: PushAudioInput) -> MicrophoneDecoder | None:
+    """Have ``receiver``'s frames decoded into ``into`` at its hand-overs (see
+    ``MicrophoneDecoder``; ``watch_microphone`` then tells when the track is done). Must be
+    called before the receiver starts (the peer connection's ``track`` event is). None:
+    this aiortc keeps its decoder elsewhere than 1.16 does, or it started, and nothing
+    was changed (``forward_microphone`` reads the track)."""
+    if (
+        not hasattr(receiver, "_RTCRtpReceiver__decoder_queue")
+        or getattr(receiver, "_RTCRtpReceiver__decoder_thread", True) is not None
+    ):
+        return None
+    decoder = MicrophoneDecoder(into)
+    receiver._RTCRtpReceiver__decoder_queue = decoder
+    return decoder
+
+
+async def watch_microphone(
+    track: MediaStreamTrack, decoder: MicrophoneDecoder, *, idle_timeout: float | None = None
+) -> None:
+    """Return when the remote track ends, or once it has delivered nothing for
+    ``idle_timeout`` (its frames go through ``decoder``, not the track)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    def idle_since() -> float:
+        return max(start, decoder.last_frame or start)
+
+    while True:
+        deadline = None if idle_timeout is None else idle_since() + idle_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    await track.recv()  # only the end comes this way
+        except MediaStreamError:
+            return
+        except TimeoutError:
+            if idle_timeout is None or loop.time() - idle_since() >= idle_timeout:
+                return
+
+
 async def forward_microphone(
     track: MediaStreamTrack, into: PushAudioInput, *, idle_timeout: float | None = None
 ) -> None:
@@ -134,21 +251,31 @@ async def forward_microphone(
 
     ``idle_timeout``: the track delivering nothing for that long counts as its end (a
     browser sends a packet every 20 ms, even of silence, while it is connected)."""
+    loop = asyncio.get_running_loop()
     resampler: Resampler | None = None
+    last = loop.time()
     while True:
+        # One deadline for many frames, not a timer per frame: when it passes, the
+        # track was idle for idle_timeout unless a frame came since it was set.
+        deadline = None if idle_timeout is None else last + idle_timeout
         try:
-            async with asyncio.timeout(idle_timeout):
-                received = await track.recv()
-        except (MediaStreamError, TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    received = await track.recv()
+                    last = loop.time()
+                    if not isinstance(received, av.AudioFrame):
+                        continue
+                    rate = received.sample_rate
+                    if resampler is None or resampler.in_rate != rate:
+                        resampler = Resampler(rate, into.sample_rate)
+                    out = resampler.push(AudioFrame(_mono(received), rate))
+                    if out is not None:
+                        into.push(out)
+        except MediaStreamError:
             return
-        if not isinstance(received, av.AudioFrame):
-            continue
-        rate = received.sample_rate
-        if resampler is None or resampler.in_rate != rate:
-            resampler = Resampler(rate, into.sample_rate)
-        out = resampler.push(AudioFrame(_mono(received), rate))
-        if out is not None:
-            into.push(out)
+        except TimeoutError:
+            if idle_timeout is None or loop.time() - last >= idle_timeout:
+                return
 
 
 class _Run:
@@ -290,19 +417,23 @@ class AgentTrack(MediaStreamTrack):
     # --------------------------------------------------------------- aiortc
 
     async def recv(self) -> av.Packet[Any]:
-        """What aiortc's sender pulls: the next Opus packet, on a real-time schedule."""
+        """What aiortc's sender pulls: the next Opus packet, on a real-time schedule.
+
+        The schedule is a 20 ms grid of the loop's clock, the same for every track (the
+        first pull is answered at once, the next on the grid): the loop wakes once per
+        frame for all the tracks it serves, not once for each."""
         if self.readyState != "live":
             raise MediaStreamError
         loop = asyncio.get_running_loop()
         now = loop.time()
         if self._start is None:
-            self._start = now
+            self._start = _on_grid(now)
         else:
             due = self._start + self._pulled * FRAME_SECONDS
             if now < due:
-                await asyncio.sleep(due - now)
+                await _sleep_until(loop, due)
             elif now - due > MAX_LAG:
-                self._start = now - self._pulled * FRAME_SECONDS
+                self._start = _on_grid(now) - self._pulled * FRAME_SECONDS
         if self.readyState != "live":
             raise MediaStreamError
         self._pulled += 1
@@ -320,3 +451,24 @@ class AgentTrack(MediaStreamTrack):
         packet.pts = position
         packet.time_base = TIME_BASE
         return packet
+
+
+def _on_grid(now: float) -> float:
+    """The last multiple of a frame's length on the loop's clock, at or before ``now``."""
+    return math.floor(now / FRAME_SECONDS) * FRAME_SECONDS
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    """``asyncio.sleep`` to a time, not for a delay: tracks due at the same moment get
+    timers due at exactly the same moment, which fire in one loop iteration."""
+    done = loop.create_future()
+    timer = loop.call_at(when, _set_done, done)
+    try:
+        await done
+    finally:
+        timer.cancel()
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

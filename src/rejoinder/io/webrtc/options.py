@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..mic_clock import MIC_BATCH_INTERVAL
+
 
 @dataclass(frozen=True, slots=True)
 class IceServer:
@@ -29,6 +31,9 @@ class WebRTCOptions:
     loopback-only host."""
     input_sample_rate: int = 16000
     """Rate of the microphone frames the session gets (mono, resampled with soxr)."""
+    mic_batch_interval: float = MIC_BATCH_INTERVAL
+    """Seconds between two hand-overs of microphone audio to the sessions, shared by all
+    of them (see ``mic_clock``): a frame waits up to this long. 0: each at once."""
     gather_timeout: float = 5.0
     """Seconds to gather local ICE candidates before answering an offer."""
     connect_timeout: float = 15.0
@@ -51,6 +56,8 @@ class WebRTCOptions:
     def __post_init__(self) -> None:
         if self.input_sample_rate <= 0:
             raise ValueError("input_sample_rate must be positive")
+        if self.mic_batch_interval < 0:
+            raise ValueError("mic_batch_interval must not be negative")
         for name in ("gather_timeout", "connect_timeout", "data_channel_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -30,8 +30,11 @@ from .media import (
     FRAME_SAMPLES,
     TRACK_RATE,
     AgentTrack,
+    MicrophoneDecoder,
+    decode_into,
     forward_microphone,
     shorten_receive_buffer,
+    watch_microphone,
 )
 from .options import WebRTCOptions
 
@@ -89,7 +92,9 @@ class WebRTCPeer:
             RTCConfiguration(iceServers=rtc_ice_servers(options.ice_servers))
         )
         self.track = AgentTrack(max_queued=options.max_queued_audio)
-        self.microphone = PushAudioInput(options.input_sample_rate)
+        self.microphone = PushAudioInput(
+            options.input_sample_rate, batch_interval=options.mic_batch_interval
+        )
         self.connection: Connection | None = None
         self._link: ClientChannel | None = None
         self.gone = asyncio.Event()
@@ -98,6 +103,8 @@ class WebRTCPeer:
         self._connected = asyncio.Event()
         self._channel: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
         self._remote_track: MediaStreamTrack | None = None
+        self._decoder: MicrophoneDecoder | None = None
+        """Decodes the microphone into ``microphone`` (None: ``forward_microphone`` does)."""
         self._audio_sender: RTCRtpSender | None = None
         self._lost_packets = 0
         """Agent-track packets the client reported lost (RTCP receiver reports)."""
@@ -196,13 +203,15 @@ class WebRTCPeer:
             self._watch(self._wait_set(link.closed), "the data channel closed")
             if self._audio_sender is not None:
                 self._spawn(self._count_losses(self._audio_sender))
-            if self._remote_track is not None:
+            track, idle = self._remote_track, self.options.media_idle_timeout
+            if track is not None and self._decoder is not None:
                 self._watch(
-                    forward_microphone(
-                        self._remote_track,
-                        self.microphone,
-                        idle_timeout=self.options.media_idle_timeout,
-                    ),
+                    watch_microphone(track, self._decoder, idle_timeout=idle),
+                    "the microphone track ended",
+                )
+            elif track is not None:
+                self._watch(
+                    forward_microphone(track, self.microphone, idle_timeout=idle),
                     "the microphone track ended",
                 )
             await self._run_entrypoint(entrypoint, conn)
@@ -357,8 +366,13 @@ class WebRTCPeer:
         if track.kind == "audio" and self._remote_track is None:
             self._remote_track = track
             for receiver in self.pc.getReceivers():
-                if receiver.track is track and not shorten_receive_buffer(receiver):
+                if receiver.track is not track:
+                    continue
+                if not shorten_receive_buffer(receiver):
                     logger.warning("aiortc's receive buffer was not found; the mic is 60 ms late")
+                self._decoder = decode_into(receiver, self.microphone)
+                if self._decoder is None:
+                    logger.info("aiortc's decoder queue was not found; it decodes in its thread")
 
     def _channel_opened(self, channel: RTCDataChannel) -> None:
         if not self._channel.done():
