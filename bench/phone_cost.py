@@ -83,6 +83,7 @@ class PhoneServer(Server):
         env.pop("TWILIO_AUTH_TOKEN", None)  # no webhook here: the media socket is open
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.base = f"127.0.0.1:{self.port}"
+        self.url = f"http://{self.base}"  # what ServedProcess.wait_up polls
 
 
 # -------------------------------------------------------------------- the calls
