@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import rejoinder as rj
@@ -604,5 +604,13 @@ async def play(
 
 @stress_settings(default_examples=DEFAULT_EXAMPLES)
 @given(ops=operations, setup=setups)
+# Found by make stress: the user began speaking as their turn's tool started a task, and
+# the barge-in, due 0.8 s later, stopped the paused caller's reply instead of nothing (the
+# task was listening): its tool was cancelled, the task abandoned, and the caller spoke
+# after a false listening.
+@example(
+    ops=[("voice", "ask", "now"), ("update", "greeter", False), ("voice", "wordless", "now")],
+    setup=Setup(audio=False, away=1.0, close_with_drain=False),
+)
 def test_random_switches_keep_every_promise(ops: list[tuple[Any, ...]], setup: Setup) -> None:
     run_on_virtual_time(lambda: scenario(ops, setup))

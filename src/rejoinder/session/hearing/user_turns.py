@@ -347,7 +347,11 @@ class UserTurns:
     def _interrupt(self, speech: SpeechRun) -> None:
         self._cancel(self._resume_timer)
         self._paused = self._awaiting_words = None
-        if not speech.done() and speech.handle.allow_interruptions:
+        # The current agent's reply only: if a task took over since the user began (its
+        # caller, whose reply this was, is paused) or an agent was handed over to, the
+        # user is speaking to the agent that is current now, and stopping the paused
+        # caller's reply would cancel the tool that waits for the task.
+        if speech is self._interruptible_speech():
             speech.interrupt()
 
     def _resume_paused(self) -> None:
