@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Concatenate, ParamSpec
 
@@ -89,7 +88,8 @@ class TurnState:
         self._on_expire: dict[int, Callable[[], None]] = {}
         self._away_timer: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
-        self._queue: deque[Effect] = deque()
+        self._queue: list[Effect] = []
+        """Effects still to apply, in order (a list: an empty deque is 0.6 KiB a session)."""
         self._applying = False
         self._idle_waiters: list[asyncio.Future[None]] = []
 
@@ -303,14 +303,19 @@ class TurnState:
                     waiter.set_result(None)
         if not effects:
             return
-        self._queue.extend(effects)
+        queue = self._queue
+        queue.extend(effects)
         if self._applying:
             return  # the outer call drains the queue, keeping effects in order
         self._applying = True
+        done = 0
         try:
-            while self._queue:
-                self._apply_one(self._queue.popleft())
+            while done < len(queue):
+                effect = queue[done]
+                done += 1
+                self._apply_one(effect)
         finally:
+            del queue[:done]  # what a failing effect left is applied on the next call
             self._applying = False
 
     def _apply_one(self, effect: Effect) -> None:
