@@ -49,12 +49,23 @@ class _Fields:
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, ``type`` included; values are JSON-ready (str, int,
         float, bool, None)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
     def __getitem__(self, name: str) -> Any:
-        if name not in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+        if name not in _field_names(type(self)):
             raise KeyError(name)
         return getattr(self, name)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A metric class's field names, worked out once (every turn records its metrics)."""
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(kind))
+    return names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

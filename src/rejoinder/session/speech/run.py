@@ -111,7 +111,8 @@ class SpeechRun:
 
     def heard(self) -> None:
         """Its delivery reached the user (audio playing, text shown): audible."""
-        self._state.set_audible(self.reply, True)
+        if not self.reply.audible:  # told once per chunk: the first one tells the floor
+            self._state.set_audible(self.reply, True)
 
     def yield_for_barge_in(self) -> None:
         """The user may be interrupting: the reply stops counting while its audio pauses."""
