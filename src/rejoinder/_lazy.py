@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 
 def lazy_names(
@@ -30,42 +29,31 @@ def lazy_names(
     return __getattr__
 
 
-class LazyPattern:
-    """``re.compile(pattern, flags)``, done on first use: the text filters (markdown for
-    speech, sentence ends, backchannels, turn ends) hold about thirty patterns, some 3 ms
-    of ``import rejoinder`` if compiled there, which a session without speech never uses.
-    Offers the ``re.Pattern`` methods the package calls."""
+if TYPE_CHECKING:
 
-    __slots__ = ("_compiled", "_flags", "_pattern")
+    def LazyPattern(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        return re.compile(pattern, flags)
 
-    def __init__(self, pattern: str, flags: int = 0) -> None:
-        self._pattern = pattern
-        self._flags = flags
-        self._compiled: re.Pattern[str] | None = None
+else:
 
-    @property
-    def compiled(self) -> re.Pattern[str]:
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re.compile(self._pattern, self._flags)
-        return compiled
+    class LazyPattern:
+        """``re.compile(pattern, flags)``, done on first use: the text filters (markdown
+        for speech, sentence ends, backchannels, turn ends) hold about thirty patterns,
+        some 3 ms of ``import rejoinder`` if compiled there, which a session without
+        speech never uses. The first method looked up compiles the pattern and keeps its
+        methods on the instance, so every later call goes straight to ``re`` (a wrapper
+        method per call was a tenth of a spoken turn's Python calls). Type checkers see
+        an ``re.Pattern``."""
 
-    def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
-        return self.compiled.search(string, pos, endpos)
+        def __init__(self, pattern: str, flags: int = 0) -> None:
+            self._pattern = pattern
+            self._flags = flags
 
-    def match(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
-        return self.compiled.match(string, pos, endpos)
+        def __getattr__(self, name: str) -> Any:
+            compiled = re.compile(self._pattern, self._flags)
+            for method in _PATTERN_METHODS:
+                setattr(self, method, getattr(compiled, method))
+            return getattr(compiled, name)
 
-    def finditer(
-        self, string: str, pos: int = 0, endpos: int = sys.maxsize
-    ) -> Iterator[re.Match[str]]:
-        return self.compiled.finditer(string, pos, endpos)
 
-    def findall(self, string: str) -> list[Any]:
-        return self.compiled.findall(string)
-
-    def split(self, string: str, maxsplit: int = 0) -> list[str | Any]:
-        return self.compiled.split(string, maxsplit)
-
-    def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str:
-        return self.compiled.sub(repl, string, count)
+_PATTERN_METHODS = ("search", "match", "fullmatch", "finditer", "findall", "split", "sub", "subn")
