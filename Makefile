@@ -74,14 +74,17 @@ bench-conversation: $(STAMP)
 		|| echo "flite could not be installed: its voices will be skipped"
 	$(BIN)/python bench/conversation.py --json bench/.cache/conversation.json
 
-# The randomized lifecycle tests, 100,000 sequences each (CI runs 3,000 and 500): the
-# same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. No
-# per-test timeout (the run takes minutes); sequences/s go to stderr every 10,000.
+# The randomized lifecycle tests, 100,000 sequences each (CI runs 1,500, 500 and 60): the
+# same derandomized sequences every run; REJOINDER_STRESS_SEED=N explores others. Each
+# test runs as 4 items of 25,000 sequences, each item 5 hypothesis runs of 5,000 (a run
+# keeps what it learned of every sequence until it ends: tests/session/_lifecycle.py,
+# RUN and PART), spread over both cores. No per-test timeout (the run takes minutes);
+# every 10,000 sequences, each worker prints its sequences/s and its RSS to stderr.
 STRESS_TESTS := tests/session/test_switch_random.py tests/session/test_lifecycle_random.py \
 	tests/session/test_task_context_random.py
 stress: $(STAMP)
 	REJOINDER_STRESS_EXAMPLES=100000 REJOINDER_STRESS_PROGRESS=10000 \
-		$(BIN)/pytest -p no:cacheprovider --timeout 0 -s $(STRESS_TESTS)
+		$(BIN)/pytest -n 2 -p no:cacheprovider --timeout 0 -s $(STRESS_TESTS)
 
 # The scale tests (tests/scale, about two minutes): a head and a worker Ray node on
 # 127.0.0.1 serving the demo agent through Ray Serve, real protocol clients, autoscaling
