@@ -29,8 +29,8 @@ from rejoinder.models import (
     Usage,
 )
 from rejoinder.models.fallback import FallbackLLM
-from rejoinder.providers import openai
-from rejoinder.providers.openai import _convert, _json
+from rejoinder.providers import _json, openai
+from rejoinder.providers._http import error_message_from_body
 from rejoinder.providers.openai._stream import _stream_error
 from rejoinder.providers.openai.chat import SSEDecoder, StreamAssembler
 from rejoinder.testing.openai_chat_server import (
@@ -799,7 +799,7 @@ def test_values_too_deep_to_serialize_again_are_malformed() -> None:
     error = _stream_error(deep)
     assert isinstance(error, LLMError) and "nested too deeply" in str(error)
     body = b'{"error": ' + DEEP.encode() + b"}"
-    assert _convert.error_message_from_body(body).startswith('{"error": [[[')
+    assert error_message_from_body(body).startswith('{"error": [[[')
     with pytest.raises(ValueError, match="too deeply"):
         _json.dumps(deep)
     with pytest.raises(ValueError, match="too deeply"):

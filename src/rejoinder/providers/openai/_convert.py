@@ -18,7 +18,6 @@ from ...models import (
     ToolChoice,
     ToolDefinition,
 )
-from . import _json
 
 JSONObject = dict[str, Any]
 
@@ -133,35 +132,3 @@ def to_tool_choice(tool_choice: ToolChoice) -> str | JSONObject:
     if tool_choice in ("auto", "required", "none"):
         return tool_choice
     raise ValueError(f"unknown tool_choice: {tool_choice!r}")
-
-
-def error_message_from_body(body: bytes) -> str:
-    """The human-readable message in an error response body, whatever the server's dialect.
-
-    OpenAI: ``{"error": {"message": ...}}``; Ollama: ``{"error": "..."}``; FastAPI-based
-    servers (vLLM): ``{"detail": ...}`` or ``{"message": ...}``; otherwise the text itself.
-    """
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        data: object = _json.loads(text)
-    except ValueError:  # not JSON, or nested too deeply to read
-        return _shorten(text) if text else "(empty response body)"
-    if isinstance(data, dict):
-        for key in ("error", "detail", "message"):
-            value = data.get(key)
-            if isinstance(value, dict):
-                inner = value.get("message")
-                if isinstance(inner, str) and inner:
-                    return _shorten(inner)
-            elif isinstance(value, str) and value:
-                return _shorten(value)
-            elif value is not None:
-                try:
-                    return _shorten(_json.dumps(value))
-                except ValueError:
-                    break  # too deep to show as JSON: the raw text below is shortened too
-    return _shorten(text)
-
-
-def _shorten(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...models import AgentHandoff, ChatContext, ChatMessage, FunctionCall, FunctionCallOutput
 from ...models.tools import ToolDefinition
+from .. import _json
 from .._retry import RetryPolicy
-from . import _json
 from ._realtime_wire import PCM, AudioFormat
 
 logger = logging.getLogger("rejoinder.providers.openai.gpt_live")

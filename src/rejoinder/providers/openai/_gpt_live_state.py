@@ -32,7 +32,7 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
-from . import _json
+from .. import _json
 from ._gpt_live_protocol import (
     SAMPLE_RATE,
     JSONObject,

@@ -1,67 +1,26 @@
-"""The HTTP side of every OpenAI-compatible client (chat completions, transcriptions,
-speech), in one place so that their options and their failures cannot drift apart.
-
-``HTTPClient`` holds what they all take: the API key and base URL (``_auth``), a
-``Timeout``, extra headers, an ``aiohttp.ClientSession`` borrowed from the caller or
-created on first use (and then closed by ``aclose``), the ``RetryPolicy`` and the
-``retries`` counter. It POSTs with the same headers and limits for all of them and turns
-an error status or an aiohttp exception into a ``Failure``: one try failed, with the
-message the caller sees, whether a retry may help, whether a limit ran out, the wait
-the server asked for and the HTTP status.
-
-Each client keeps its own request loop, as what it may retry depends on what it already
-handed the caller, and turns a ``Failure`` into its own error type (``LLMError``,
-``STTError``, ``TTSError``). ``aiohttp`` is imported on first use only, so importing
-this module is cheap.
-"""
+"""The OpenAI-compatible clients' HTTP side: the shared ``HTTPClient`` with the key and
+base URL from ``_auth`` (``$OPENAI_API_KEY``, ``$OPENAI_BASE_URL``), sent as a bearer
+token."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._retry import RetryPolicy, log_retry, retry_after, transient_status
+from .. import _http
+from .._http import Failure, error_message_from_body, read_some
+from .._retry import RetryPolicy
 from .._timeout import Timeout
 from ._auth import api_key_from, base_url_from
-from ._convert import error_message_from_body
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["Failure", "HTTPClient", "read_some"]
-
-_USER_AGENT = "rejoinder/0.1"
-_MAX_ERROR_BODY_BYTES = 64 * 1024
-"""How much of an error body is read: enough for any error message, and a server that
-answers an endless body cannot hold the caller."""
+__all__ = ["Failure", "HTTPClient", "error_message_from_body", "read_some"]
 
 
-class Failure(Exception):
-    """One try failed: ``message`` for the caller, whether a retry may help, whether a
-    time limit ran out, the wait the server asked for and the HTTP status, if any."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        timed_out: bool = False,
-        wait: float | None = None,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.timed_out = timed_out
-        self.wait = wait
-        self.status = status
-
-
-class HTTPClient:
-    """What the OpenAI-compatible HTTP clients share: the session, headers, timeouts, the
-    retry policy and turning aiohttp's exceptions into clear messages."""
-
+class HTTPClient(_http.HTTPClient):
     _name = "openai"
-    """Who retried, in the retry warnings."""
 
     def __init__(
         self,
@@ -72,158 +31,11 @@ class HTTPClient:
         http_session: aiohttp.ClientSession | None,
         retry: RetryPolicy,
     ) -> None:
-        """The options of the clients' signatures, in their order; each client makes
-        ``retry`` of its ``max_retries`` and backoffs first, so bad values raise before
-        anything else is done."""
-        self._retry = retry
-        self.retries = 0
-        """How many times this client retried a request so far (each retry is also logged
-        as a warning on the ``rejoinder.providers.openai`` logger)."""
-        self._api_key = api_key_from(api_key)
-        self._base_url = base_url_from(base_url).rstrip("/")
-        self._timeout = Timeout.of(timeout)
-        self._extra_headers = dict(extra_headers or {})
-        self._session = http_session
-        self._owns_session = http_session is None
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    async def aclose(self) -> None:
-        """Close the HTTP session this client created (a session passed in is left open)."""
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            if not session.closed:
-                await session.close()
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or (self._owns_session and self._session.closed):
-            import aiohttp
-
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    def _headers(self, **more: str) -> dict[str, str]:
-        """The headers of every request, with ``more``; ``extra_headers`` win over all."""
-        headers = {"User-Agent": _USER_AGENT, **more}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        headers.update(self._extra_headers)
-        return headers
-
-    def _client_timeout(self) -> aiohttp.ClientTimeout:
-        import aiohttp
-
-        return aiohttp.ClientTimeout(
-            total=self._timeout.total,
-            connect=self._timeout.connect,
-            sock_connect=self._timeout.connect,
-            sock_read=self._timeout.read,
+        super().__init__(
+            api_key_from(api_key),
+            base_url_from(base_url),
+            timeout,
+            extra_headers,
+            http_session,
+            retry,
         )
-
-    async def _next_wait(self, failure: Failure, retries: int) -> float | str:
-        """The wait before the next try, or why there is none ("" to re-raise as is)."""
-        if failure.timed_out or not failure.retryable:
-            return ""
-        wait = self._retry.next_wait(retries, failure.wait)
-        if not isinstance(wait, str):
-            log_retry(self._name, str(failure), retries + 1, self._retry, wait)
-            self.retries += 1
-        return wait
-
-    async def _post(
-        self, url: str, data: Any, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
-        """POST and check the status: an error status becomes a ``Failure``."""
-        try:
-            response = await self._get_session().post(
-                url, data=data, headers=dict(headers), timeout=self._client_timeout()
-            )
-        except Exception as exc:
-            raise self._request_failure(exc, url) from exc
-        if response.status >= 300:
-            try:
-                wait = retry_after(response.headers)
-                message = error_message_from_body(await read_some(response))
-                reason = f" {response.reason}" if response.reason else ""
-                raise Failure(
-                    f"{url} returned HTTP {response.status}{reason}: {message}",
-                    retryable=transient_status(response.status),
-                    wait=wait,
-                    status=response.status,
-                )
-            finally:
-                response.close()
-        return response
-
-    def _request_failure(self, exc: Exception, url: str) -> Failure:
-        """An exception from sending the request or waiting for the response headers."""
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return _timed_out(f"timed out connecting to {url} (after {self._timeout.connect}s)")
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return _timed_out(
-                f"timed out waiting for {url} to respond (no answer for {self._timeout.read}s)"
-            )
-        if isinstance(exc, TimeoutError):
-            return _timed_out(f"timed out waiting for {url} (total limit {self._timeout.total}s)")
-        if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-            return Failure(f"TLS error connecting to {url}: {exc}", retryable=False)
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            if isinstance(exc.os_error, ConnectionRefusedError):
-                reason = "connection refused"
-            else:
-                reason = exc.os_error.strerror or str(exc.os_error) or str(exc)
-            return Failure(f"cannot connect to {url}: {reason}", retryable=True)
-        if isinstance(exc, aiohttp.ServerDisconnectedError):
-            return Failure(f"{url} closed the connection before responding", retryable=True)
-        if isinstance(exc, aiohttp.InvalidURL | ValueError):
-            return Failure(f"invalid request URL {url!r}: {exc}", retryable=False)
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return Failure(f"request to {url} failed: {_describe(exc)}", retryable=True)
-        return Failure(f"request to {url} failed: {_describe(exc)}", retryable=False)
-
-    def _read_failure(self, exc: Exception, url: str, what: str = "response") -> Failure:
-        """An exception from reading the body; ``what`` names the body in the message
-        ("stream" for an event stream)."""
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return _timed_out(
-                f"timed out reading the {what} from {url} (no data for {self._timeout.read}s)"
-            )
-        if isinstance(exc, TimeoutError):
-            return _timed_out(
-                f"timed out reading the {what} from {url} (total limit {self._timeout.total}s)"
-            )
-        if isinstance(exc, aiohttp.ClientError | OSError):
-            return Failure(
-                f"connection lost mid-{what} from {url}: {_describe(exc)}", retryable=True
-            )
-        return Failure(f"reading the {what} from {url} failed: {_describe(exc)}", retryable=False)
-
-
-def _timed_out(message: str) -> Failure:
-    # Retryable as a failure, but a limit the caller chose: the clients do not retry it.
-    return Failure(message, retryable=True, timed_out=True)
-
-
-async def read_some(response: aiohttp.ClientResponse) -> bytes:
-    """Read up to 64 KiB of a body, never raising."""
-    data = bytearray()
-    try:
-        while len(data) < _MAX_ERROR_BODY_BYTES:
-            piece = await response.content.readany()
-            if not piece:
-                break
-            data += piece
-    except Exception:
-        pass
-    return bytes(data[:_MAX_ERROR_BODY_BYTES])
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...models.realtime import ProviderError, RealtimeError, RealtimeEvent
-from . import _json
+from .. import _json
 from ._realtime_wire import PCM, AudioFormat, JSONObject, ServerError
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from ...models.realtime import (
     UserSpeechStarted,
     UserTurnEnded,
 )
-from . import _json
+from .. import _json
 from ._realtime_wire import (
     PCM,
     AudioFormat,

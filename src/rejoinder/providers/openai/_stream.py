@@ -1,89 +1,19 @@
 """The Chat Completions stream, sans I/O: ``text/event-stream`` bytes → event data
-(``SSEDecoder``) → ``ChatChunk``s (``StreamAssembler``). ``chat.LLM`` feeds them what it
-reads; tests feed them bytes and strings directly.
+(``SSEDecoder``, shared with other providers) → ``ChatChunk``s (``StreamAssembler``).
+``chat.LLM`` feeds them what it reads; tests feed them bytes and strings directly.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ...models import ChatChunk, LLMError, ToolCallRequest, Usage
 from ...models.chat import new_id
-from . import _convert, _json
+from .. import _json
+from .._http import error_message_from_body
+from .._sse import SSEDecoder
 
 __all__ = ["SSEDecoder", "StreamAssembler"]
-
-_MAX_LINE_BYTES = 16 * 1024 * 1024
-
-# -- server-sent events ---------------------------------------------------------------------
-
-_EOL = re.compile(rb"\r\n|\r|\n")
-
-
-class SSEDecoder:
-    """Incremental ``text/event-stream`` decoder: bytes in any pieces → event data strings.
-
-    Follows the SSE spec: lines end in CRLF, LF or CR; ``:`` starts a comment; an event's
-    ``data:`` lines are joined with newlines and the event is dispatched at a blank line.
-    At end of stream an event that lacks its blank line is still dispatched (lenient).
-    Raises ``ValueError`` for bytes that are not UTF-8 or for an absurdly long line.
-    """
-
-    __slots__ = ("_buffer", "_data", "_started")
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._data: list[str] = []
-        self._started = False
-
-    def feed(self, data: bytes) -> list[str]:
-        self._buffer += data
-        events: list[str] = []
-        start = 0
-        while True:
-            match = _EOL.search(self._buffer, start)
-            if match is None:
-                break
-            if match.group() == b"\r" and match.end() == len(self._buffer):
-                break  # a CR at the end may be the first half of a CRLF split across reads
-            self._line(bytes(self._buffer[start : match.start()]), events)
-            start = match.end()
-        del self._buffer[:start]
-        if len(self._buffer) > _MAX_LINE_BYTES:
-            raise ValueError(f"a line longer than {_MAX_LINE_BYTES} bytes")
-        return events
-
-    def flush(self) -> list[str]:
-        """End of stream: dispatch what is left."""
-        events: list[str] = []
-        if self._buffer:
-            line = bytes(self._buffer).removesuffix(b"\r")
-            self._buffer.clear()
-            self._line(line, events)
-        self._line(b"", events)
-        return events
-
-    def _line(self, raw: bytes, events: list[str]) -> None:
-        if not self._started:
-            self._started = True
-            raw = raw.removeprefix(b"\xef\xbb\xbf")
-        if not raw:
-            if self._data:
-                events.append("\n".join(self._data))
-                self._data.clear()
-            return
-        if raw.startswith(b":"):
-            return  # comment / keep-alive
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"a line that is not UTF-8 ({exc.reason})") from exc
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value.removeprefix(" "))
-        # `event`, `id` and `retry` carry nothing the Chat Completions stream uses.
-
 
 # -- chunk assembly -------------------------------------------------------------------------
 
@@ -270,7 +200,7 @@ def _stream_error(error: object) -> LLMError:
         body = _json.dumps({"error": error})
     except ValueError:
         return LLMError("malformed chunk: an error object nested too deeply")
-    message = _convert.error_message_from_body(body.encode())
+    message = error_message_from_body(body.encode())
     retryable = False
     if isinstance(error, dict):
         # Only text counts: formatting an arbitrary (maybe deeply nested) value could fail.

@@ -24,11 +24,12 @@ from ... import models
 from ...models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
 from ...models.metrics import label_of
 from .._retry import RetryPolicy, log_retry
+from .._sse import SSEDecoder
 from .._timeout import Timeout
 from . import _convert
 from ._auth import DEFAULT_BASE_URL
-from ._http import Failure, HTTPClient, read_some
-from ._stream import SSEDecoder, StreamAssembler
+from ._http import Failure, HTTPClient, error_message_from_body, read_some
+from ._stream import StreamAssembler
 
 if TYPE_CHECKING:
     import aiohttp
@@ -212,7 +213,7 @@ class LLM(HTTPClient, models.LLM):
         finished = False
         try:
             if response.content_type in ("application/json", "text/html"):
-                message = _convert.error_message_from_body(await read_some(response))
+                message = error_message_from_body(await read_some(response))
                 raise LLMError(
                     f"{url} answered {response.content_type} instead of an event stream: {message}",
                     status=response.status,

@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING
 
 from ... import models
 from ...models.stt import STTError
+from .. import _json
 from .._retry import RetryPolicy
+from .._sse import SSEDecoder
 from .._timeout import Timeout
-from . import _json
-from ._convert import error_message_from_body
-from ._http import Failure, HTTPClient
-from ._stream import SSEDecoder
+from ._http import Failure, HTTPClient, error_message_from_body
 
 if TYPE_CHECKING:
     import aiohttp

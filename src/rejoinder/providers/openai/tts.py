@@ -28,8 +28,7 @@ from ... import models
 from ...models.tts import TTSError, WordTiming
 from .._retry import RetryPolicy
 from .._timeout import Timeout
-from ._convert import error_message_from_body
-from ._http import Failure, HTTPClient, read_some
+from ._http import Failure, HTTPClient, error_message_from_body, read_some
 
 if TYPE_CHECKING:
     import aiohttp
