@@ -6,29 +6,27 @@ this module is cheap.
 
 A request that fails before anything of the reply was yielded (the server could not be
 reached or cut the connection, HTTP 429 or 5xx) is tried again, as ``max_retries`` and
-the backoff parameters allow; see ``_retry``. Once a chunk was yielded nothing is retried:
-the caller may already have spoken it. The session, headers, timeouts and the messages
-of failed requests are ``_http``'s, shared with the speech clients.
+the backoff parameters allow; see ``_retry`` and ``_chat_stream``. Once a chunk was
+yielded nothing is retried: the caller may already have spoken it. The session, headers,
+timeouts and the messages of failed requests are ``_http``'s, shared with the speech
+clients.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import models
-from ...models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
+from ...models import ChatChunk, ChatContext, StreamInfo, ToolDefinition
 from ...models.metrics import label_of
-from .._retry import RetryPolicy, log_retry
+from .._chat_stream import stream_chat
+from .._retry import RetryPolicy
 from .._sse import SSEDecoder
 from .._timeout import Timeout
 from . import _convert
 from ._auth import DEFAULT_BASE_URL
-from ._http import Failure, HTTPClient, error_message_from_body, read_some
+from ._http import HTTPClient
 from ._stream import StreamAssembler
 
 if TYPE_CHECKING:
@@ -38,23 +36,6 @@ __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "StreamAssembler", "Timeout"
 
 # Added to the headers every client sends: the body is JSON, the reply an event stream.
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-
-
-@dataclass(slots=True)
-class _Try:
-    """What one try of a request learned, for deciding whether to retry it."""
-
-    delivered: bool = False
-    """A chunk was yielded to the caller: never retry."""
-    timed_out: bool = False
-    server_wait: float | None = None
-    """The ``Retry-After`` of an error response."""
-
-    def failed(self, failure: Failure) -> LLMError:
-        """``failure`` as the error the caller sees, noting what the retry decision needs."""
-        self.timed_out = failure.timed_out
-        self.server_wait = failure.wait
-        return LLMError(str(failure), retryable=failure.retryable, status=failure.status)
 
 
 class LLM(HTTPClient, models.LLM):
@@ -134,7 +115,14 @@ class LLM(HTTPClient, models.LLM):
         # The request body is built now, so later changes to chat_ctx do not leak into it;
         # the HTTP work happens while the returned stream is iterated.
         body = self.build_request(chat_ctx, tools, tool_choice)
-        return self._stream(body)
+        return stream_chat(
+            self,
+            f"{self._base_url}/chat/completions",
+            body,
+            self._headers(**_STREAM_HEADERS),
+            StreamAssembler,
+            self._info,
+        )
 
     def build_request(
         self,
@@ -161,91 +149,3 @@ class LLM(HTTPClient, models.LLM):
         return StreamInfo(
             model=self._model, provider="openai", label=label_of(self), retries=retries
         )
-
-    # -- HTTP ---------------------------------------------------------------------------
-
-    async def _stream(self, body: dict[str, Any]) -> AsyncIterator[ChatChunk]:
-        url = f"{self._base_url}/chat/completions"
-        try:
-            payload = json.dumps(body).encode()
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise LLMError(f"the request body is not JSON-serializable: {exc}") from exc
-        retries = 0
-        while True:
-            attempt = _Try()
-            try:
-                # aclosing: a consumer that stops early must close the try's response now.
-                async with contextlib.aclosing(self._try(url, payload, attempt)) as tried:
-                    async for chunk in tried:
-                        if not attempt.delivered:
-                            attempt.delivered = True
-                            yield replace(chunk, info=self._info(retries))
-                            continue
-                        yield chunk
-                return
-            except LLMError as error:
-                if attempt.delivered or attempt.timed_out or not error.retryable:
-                    raise
-                wait = self._retry.next_wait(retries, attempt.server_wait)
-                if isinstance(wait, str):
-                    if not wait:
-                        raise
-                    raise LLMError(
-                        f"{error} ({wait})", retryable=error.retryable, status=error.status
-                    ) from error
-                retries += 1
-                self.retries += 1
-                log_retry(self._name, str(error), retries, self._retry, wait)
-                await asyncio.sleep(wait)
-
-    async def _try(
-        self, url: str, payload: bytes, attempt: _Try
-    ) -> AsyncGenerator[ChatChunk, None]:
-        """One try of a request: POST it and stream the reply, noting in ``attempt`` what
-        the retry decision needs."""
-        try:
-            response = await self._post(url, payload, self._headers(**_STREAM_HEADERS))
-        except Failure as failure:
-            # Chained to what the failure came from (None for an error status), as the
-            # failure itself adds nothing to the traceback.
-            raise attempt.failed(failure) from failure.__cause__
-
-        finished = False
-        try:
-            if response.content_type in ("application/json", "text/html"):
-                message = error_message_from_body(await read_some(response))
-                raise LLMError(
-                    f"{url} answered {response.content_type} instead of an event stream: {message}",
-                    status=response.status,
-                )
-
-            decoder = SSEDecoder()
-            assembler = StreamAssembler()
-            while not assembler.done:
-                try:
-                    data = await response.content.readany()
-                except Exception as exc:
-                    raise attempt.failed(self._read_failure(exc, url, "stream")) from exc
-                try:
-                    events = decoder.feed(data) if data else decoder.flush()
-                except ValueError as exc:
-                    raise LLMError(f"malformed event stream from {url}: {exc}") from exc
-                for event in events:
-                    chunk = assembler.feed(event)
-                    if chunk is not None:
-                        yield chunk
-                    if assembler.done:
-                        break
-                if not data:
-                    chunk = assembler.end()
-                    if chunk is not None:
-                        yield chunk
-                    break
-            finished = True
-        finally:
-            if finished:
-                response.release()
-            else:
-                # Cancelled, failed, or abandoned by the consumer: drop the connection so no
-                # half-read stream goes back into the pool.
-                response.close()
