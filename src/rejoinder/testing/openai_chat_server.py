@@ -23,14 +23,21 @@ Under ``looptime`` (virtual time) the server's ``Pause`` steps take no wall-cloc
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._loopback import LoopbackServer
+from ._scripted_stream import (
+    CutConnection,
+    ErrorReply,
+    Pause,
+    RawData,
+    Reply,
+    ScriptedStreamServer,
+    Step,
+    StreamReply,
+    error_response,
+)
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -53,68 +60,6 @@ __all__ = [
 
 JSONObject: TypeAlias = dict[str, Any]
 DEFAULT_MODEL = "test-model"
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Wait this many seconds (loop time) before the next step."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class RawData:
-    """Bytes written to the stream verbatim: malformed chunks, comments, odd framing."""
-
-    data: bytes | str
-
-
-@dataclass(frozen=True, slots=True)
-class CutConnection:
-    """Close the TCP connection here, mid-response (before the headers if it comes first)."""
-
-
-Step: TypeAlias = JSONObject | Pause | RawData | CutConnection
-"""A chunk dict is sent as one SSE event: ``data: <json>\\n\\n``."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReply:
-    """A ``200 text/event-stream`` reply."""
-
-    steps: Sequence[Step]
-    done: bool = True
-    """Finish with ``data: [DONE]`` (unless a ``CutConnection`` came first)."""
-    chunk_delay: float = 0.0
-    """Pause before every write."""
-    write_size: int | None = None
-    """Send the encoded stream in writes of this many bytes, flushed one by one, so lines and
-    UTF-8 characters are split at odd places. ``Pause`` and ``CutConnection`` still apply at
-    their positions."""
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
-    """A plain (non-streamed) reply, normally an HTTP error.
-
-    The body is OpenAI's ``{"error": {...}}`` unless ``body`` is given (a ``str`` is sent as
-    plain text, anything else as JSON). Any status works, e.g. 200 with a JSON body to act
-    as a server that ignores ``stream: true``.
-    """
-
-    status: int
-    message: str = "error"
-    type: str = "invalid_request_error"
-    code: str | None = None
-    body: Any = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    retry_after: float | None = None
-    """Sent as a ``Retry-After`` header, in seconds (as OpenAI does with a 429)."""
-
-
-Reply: TypeAlias = StreamReply | ErrorReply
-Script: TypeAlias = Callable[[JSONObject], Reply]
 
 
 # -- chunk builders -------------------------------------------------------------------------
@@ -210,7 +155,7 @@ def encode_event(data: JSONObject | str) -> bytes:
 # -- the server -----------------------------------------------------------------------------
 
 
-class OpenAIChatServer(LoopbackServer):
+class OpenAIChatServer(ScriptedStreamServer):
     """Serves ``POST /v1/chat/completions`` on 127.0.0.1 from a script.
 
     ``replies`` is either a sequence consumed one reply per request (more can be queued
@@ -219,186 +164,28 @@ class OpenAIChatServer(LoopbackServer):
     (as OpenAI does) to requests without ``Authorization: Bearer <api_key>``.
     """
 
-    def __init__(
-        self,
-        replies: Iterable[Reply] | Script = (),
-        *,
-        api_key: str | None = None,
-        port: int = 0,
-    ) -> None:
-        super().__init__(port=port)
-        self._script: Script | None = None
-        self._queue: deque[Reply] = deque()
-        if callable(replies):
-            self._script = replies
-        else:
-            self._queue.extend(replies)
-        self._api_key = api_key
-        self.requests: list[JSONObject] = []
-        """The JSON body of every chat completions request, in arrival order."""
-        self.headers: list[dict[str, str]] = []
-        """The headers of every chat completions request, parallel to ``requests``."""
-        self._handlers: set[asyncio.Task[Any]] = set()
+    path = "/v1/chat/completions"
+    end_of_stream = encode_event("[DONE]")
 
-    def add(self, *replies: Reply) -> None:
-        """Queue more replies."""
-        self._queue.extend(replies)
+    def _key_accepted(self, headers: Mapping[str, str]) -> bool:
+        return headers.get("Authorization") == f"Bearer {self._api_key}"
 
-    def _add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._handle)
+    def _unauthorized(self) -> ErrorReply:
+        return ErrorReply(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    async def _before_cleanup(self) -> None:
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+    def _error_body(self, reply: ErrorReply) -> JSONObject:
+        return _openai_error_body(reply)
 
-    # -- request handling -------------------------------------------------------------------
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            return await self._respond(request)
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
-
-    async def _respond(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        raw = await request.read()
-        try:
-            body: object = json.loads(raw)
-        except ValueError:
-            return _error_response(ErrorReply(400, "We could not parse the JSON body."))
-        if not isinstance(body, dict):
-            return _error_response(ErrorReply(400, "The body must be a JSON object."))
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-
-        authorization = request.headers.get("Authorization")
-        if self._api_key is not None and authorization != f"Bearer {self._api_key}":
-            return _error_response(
-                ErrorReply(401, "Incorrect API key provided.", code="invalid_api_key")
-            )
-
-        if self._script is not None:
-            reply = self._script(body)
-        elif self._queue:
-            reply = self._queue.popleft()
-        else:
-            reply = ErrorReply(500, "OpenAIChatServer: no scripted reply left", "server_error")
-
-        if isinstance(reply, ErrorReply):
-            return _error_response(reply)
-
-        response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                **reply.headers,
-            },
-        )
-        for item in _writes(reply):
-            if isinstance(item, Pause):
-                await asyncio.sleep(item.seconds)
-            elif isinstance(item, _Yield):
-                for _ in range(item.turns):
-                    await asyncio.sleep(0)
-            elif isinstance(item, CutConnection):
-                if request.transport is not None:
-                    request.transport.close()
-                # Stop the handler; aiohttp drops the (already closed) connection quietly.
-                raise asyncio.CancelledError
-            else:
-                if not response.prepared:
-                    await response.prepare(request)
-                await response.write(item)
-        if not response.prepared:
-            await response.prepare(request)
-        await response.write_eof()
-        return response
+    def _encode(self, event: JSONObject) -> bytes:
+        return encode_event(event)
 
 
-@dataclass(frozen=True, slots=True)
-class _Yield:
-    """Let the loop run a few times so the client reads a write before the next one."""
-
-    turns: int = 8
-
-
-_YIELD = _Yield()
-_Write: TypeAlias = bytes | Pause | CutConnection | _Yield
-
-
-def _writes(reply: StreamReply) -> list[_Write]:
-    """The reply as a sequence of writes and control steps."""
-    items: list[_Write] = []
-    steps: list[Step] = list(reply.steps)
-    ended = any(isinstance(step, CutConnection) for step in steps)
-    if reply.done and not ended:
-        steps.append(RawData(encode_event("[DONE]")))
-    for step in steps:
-        if isinstance(step, Pause | CutConnection):
-            items.append(step)
-        elif isinstance(step, RawData):
-            items.append(step.data.encode() if isinstance(step.data, str) else step.data)
-        else:
-            items.append(encode_event(step))
-    if reply.write_size is not None:
-        items = _resplit(items, reply.write_size)
-    if reply.chunk_delay > 0:
-        delayed: list[_Write] = []
-        for item in items:
-            if isinstance(item, bytes):
-                delayed.append(Pause(reply.chunk_delay))
-            delayed.append(item)
-        items = delayed
-    return items
-
-
-def _resplit(items: list[_Write], size: int) -> list[_Write]:
-    """Regroup consecutive bytes into writes of ``size`` bytes, each followed by a yield."""
-    if size < 1:
-        raise ValueError("write_size must be at least 1")
-    result: list[_Write] = []
-    pending = b""
-
-    def flush() -> None:
-        nonlocal pending
-        for start in range(0, len(pending), size):
-            result.append(pending[start : start + size])
-            result.append(_YIELD)
-        pending = b""
-
-    for item in items:
-        if isinstance(item, bytes):
-            pending += item
-        else:
-            flush()
-            result.append(item)
-    flush()
-    return result
+def _openai_error_body(reply: ErrorReply) -> JSONObject:
+    return {
+        "error": {"message": reply.message, "type": reply.type, "param": None, "code": reply.code}
+    }
 
 
 def _error_response(reply: ErrorReply) -> web.Response:
-    from aiohttp import web
-
-    headers = dict(reply.headers)
-    if reply.retry_after is not None:
-        headers["Retry-After"] = f"{reply.retry_after:g}"
-    if isinstance(reply.body, str):
-        return web.Response(status=reply.status, text=reply.body, headers=headers)
-    body = reply.body
-    if body is None:
-        body = {
-            "error": {
-                "message": reply.message,
-                "type": reply.type,
-                "param": None,
-                "code": reply.code,
-            }
-        }
-    return web.json_response(body, status=reply.status, headers=headers)
+    """An error reply in OpenAI's dialect (the audio server's too)."""
+    return error_response(reply, _openai_error_body(reply))
