@@ -1,6 +1,7 @@
 """Public test kit: scripted models, state timelines, in-memory sinks."""
 
 from ..io.text import MemoryTextOutput
+from .anthropic_server import AnthropicServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
 from .elevenlabs_server import ElevenLabsServer
@@ -31,6 +32,7 @@ from .scripted_turn import ScriptedTurnDetector, TurnCall
 from .timeline import StateChange, StateTimeline
 
 __all__ = [
+    "AnthropicServer",
     "CutConnection",
     "DeepgramServer",
     "Delay",
