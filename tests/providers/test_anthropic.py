@@ -429,20 +429,26 @@ async def test_a_session_answers_with_a_tool_and_the_follow_up_carries_its_resul
     await session.aclose()
 
 
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (ErrorReply(400, "prompt is too long", type="invalid_request_error"), "prompt is too long"),
+        (StreamReply([*message("Half a sen")[:-3], CutConnection()]), "connection"),
+        (StreamReply([*message("Half a sen")[:-3], error_event()]), "overloaded_error"),
+        (StreamReply([message_start(), RawData("data: [[[\n\n")]), "not JSON"),
+    ],
+)
 async def test_a_session_whose_provider_fails_returns_to_listening_and_goes_on(
-    server: AnthropicServer,
+    server: AnthropicServer, failure: Any, said: str
 ) -> None:
-    server.add(
-        ErrorReply(400, "prompt is too long", type="invalid_request_error"),
-        StreamReply(message("Recovered.")),
-    )
+    server.add(failure, StreamReply(message("Recovered.")))
     llm = anthropic.LLM(model="claude-test", base_url=server.base_url, api_key="sk-ant-test")
     session: rj.AgentSession[None] = rj.AgentSession(llm=llm, user_away_timeout=None)
     errors: list[rj.ErrorEvent] = []
     session.on("error", errors.append)
     await session.start(rj.Agent(instructions="x"))
     await session.run(user_input="hi")
-    assert len(errors) == 1 and "prompt is too long" in str(errors[0].error)
+    assert len(errors) == 1 and said in str(errors[0].error)
     assert session.agent_state == "listening"
     assert (await session.run(user_input="again")).final_output == "Recovered."
     await session.aclose()
