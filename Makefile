@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/vad_cpu.py
 	$(BIN)/python bench/realtime_cpu.py
+	$(BIN)/python bench/chat_ttft.py
 	$(BIN)/python bench/webrtc_cost.py
 	$(BIN)/python bench/ws_cost.py
 
