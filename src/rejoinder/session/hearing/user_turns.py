@@ -347,10 +347,9 @@ class UserTurns:
     def _interrupt(self, speech: SpeechRun) -> None:
         self._cancel(self._resume_timer)
         self._paused = self._awaiting_words = None
-        # The current agent's reply only: if a task took over since the user began (its
-        # caller, whose reply this was, is paused) or an agent was handed over to, the
-        # user is speaking to the agent that is current now, and stopping the paused
-        # caller's reply would cancel the tool that waits for the task.
+        # The current agent's reply only: after a task took over (its caller is paused) or
+        # a handoff, the user speaks to the agent now current; stopping a paused caller's
+        # reply would cancel the tool that waits for the task.
         if speech is self._interruptible_speech():
             speech.interrupt()
 
