@@ -43,7 +43,8 @@ class CutConnection:
 
 
 Step: TypeAlias = JSONObject | Pause | RawData | CutConnection
-"""A chunk dict is sent as one SSE event: ``data: <json>\\n\\n``."""
+"""An event dict is one server-sent event, written as the server's API writes one
+(``data: <json>`` for Chat Completions; ``event:`` and ``data:`` lines for Anthropic)."""
 
 
 @dataclass(frozen=True, slots=True)
