@@ -34,6 +34,7 @@ from .session import (
     SpeechHandle,
     UserStateChangedEvent,
 )
+from .session.tools.tool import expand
 
 __all__ = ["EXIT_OUTPUT_CLOSED", "Console", "ReplyOutput", "run_console", "stdin_lines"]
 
@@ -438,7 +439,7 @@ async def run_console(
     barge_in = typing if barge_in is None else barge_in
     console.line(console.style("rejoinder console", _BOLD))
     console.line(f"  LLM:   {llm_description}")
-    console.line(f"  agent: {agent.id} (tools: {', '.join(t.name for t in agent.tools)})")
+    console.line(f"  agent: {agent.id} (tools: {', '.join(t.name for t in expand(agent.tools))})")
     if script is not None:
         console.line(f"  input: {args.script} ({len(script)} messages)")
     else:

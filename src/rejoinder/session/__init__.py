@@ -53,6 +53,7 @@ from .timeline import Timeline
 from .timeline_events import Owed
 from .tools.function_tool import FunctionTool, function_tool
 from .tools.run_context import RunContext
+from .tools.tool import Tool, Toolset
 from .turn_state import ObligationExpiredError
 
 __all__ = [
@@ -81,6 +82,8 @@ __all__ = [
     "SpeechCreatedEvent",
     "SpeechHandle",
     "Timeline",
+    "Tool",
+    "Toolset",
     "UserInputTranscribedEvent",
     "UserStateChangedEvent",
     "UserTurnDiscardedEvent",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..models.tts import TTS
     from .options import SessionOptions, SessionOutput
     from .public_session import PublicSession
-    from .tools.function_tool import FunctionTool
+    from .tools.tool import Tool, Toolset
 
 logger = logging.getLogger("rejoinder")
 
@@ -39,7 +39,7 @@ class SessionContext:
         history: ChatContext,
         options: SessionOptions,
         output: SessionOutput,
-        tools: Sequence[FunctionTool],
+        tools: Sequence[Tool | Toolset],
         context: contextvars.Context,
     ) -> None:
         self.session = session

@@ -52,7 +52,7 @@ class PublicSession(Protocol[AgentT]):
     def vad(self) -> VAD | None: ...
     @property
     def tools(self) -> Sequence[Any]:
-        """Session-scoped ``FunctionTool``s, offered to every agent."""
+        """Session-scoped tools (and toolsets), offered to every agent."""
 
     @property
     def options(self) -> SessionOptions: ...

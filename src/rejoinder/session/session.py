@@ -39,7 +39,7 @@ from .run_result import RunResult
 from .speech.handle import SpeechHandle
 from .timeline import Timeline
 from .timeline_events import Owed, owed_now, record_events
-from .tools.function_tool import FunctionTool
+from .tools.tool import Tool, Toolset
 from .turn_state import TurnState
 from .usage import UsageCollector
 
@@ -74,7 +74,7 @@ class AgentSession(Generic[Userdata]):
         preemptive_generation: bool = False,
         user_away_timeout: float | None = 15.0,
         max_tool_steps: int = 3,
-        tools: Sequence[FunctionTool] = (),
+        tools: Sequence[Tool | Toolset] = (),
         turn_detection: Literal["vad", "manual"] | TurnDetector = "vad",
         interruption_detection: InterruptionDetector | None = None,
         min_interruption_words: int = 0,
@@ -93,7 +93,7 @@ class AgentSession(Generic[Userdata]):
             interruption_detection=interruption_detection,
         )
         self.llm = llm
-        self.tools: list[FunctionTool] = list(tools)
+        self.tools: list[Tool | Toolset] = list(tools)
         """Session-scoped tools: offered to every agent, so they survive handoffs (an
         agent's own tool of the same name wins)."""
         self.stt, self.tts, self.vad = stt, tts, vad

@@ -31,9 +31,9 @@ from ..speech.handle import ReplyRequest, SpeechHandle
 from ..speech.outputs import new_delivery
 from ..speech.queue import FOLLOW_UP, NORMAL, SpeechQueue
 from ..speech.run import SpeechRun
-from ..tools.function_tool import FunctionTool
 from ..tools.invocation import ToolOutcome, final_record, offered_tools
 from ..tools.runner import ToolCallRun, ToolRunner
+from ..tools.tool import Tool
 from .agent import Agent
 from .agent_record import AgentRecord
 
@@ -367,7 +367,7 @@ class AgentActivity:
         llm = self.agent.llm or self._ctx.llm
         return llm if isinstance(llm, LLM) else None
 
-    def _offered_tools(self, step: int) -> dict[str, FunctionTool]:
+    def _offered_tools(self, step: int) -> dict[str, Tool]:
         if step >= self._ctx.options.max_tool_steps:
             return {}
         return offered_tools(self._ctx, self.agent)
@@ -393,7 +393,7 @@ class AgentActivity:
         return self._speculation.claim()
 
     def _prepared_stream(
-        self, request: ReplyRequest, tools: dict[str, FunctionTool]
+        self, request: ReplyRequest, tools: dict[str, Tool]
     ) -> AsyncIterator[ChatChunk] | None:
         if request.prepared is None or request.user_message is None:
             return None

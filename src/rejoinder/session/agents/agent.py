@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ...models import LLM, ChatContext, ChatMessage
-from ..tools.function_tool import FunctionTool, find_tools
+from ..tools.function_tool import find_tools
+from ..tools.tool import Tool, Toolset
 
 if TYPE_CHECKING:
     from ..public_session import PublicSession
@@ -27,7 +28,7 @@ class Agent:
         self,
         *,
         instructions: str | None = None,
-        tools: Sequence[FunctionTool] = (),
+        tools: Sequence[Tool | Toolset] = (),
         chat_ctx: ChatContext | None = None,
         llm: LLM | None = None,
         allow_interruptions: bool | None = None,
@@ -46,11 +47,12 @@ class Agent:
         self.llm = llm
         self.allow_interruptions = allow_interruptions
         own = find_tools(self)
-        names = [t.name for t in own] + [t.name for t in tools]
+        names = [t.name for t in own] + [t.name for t in tools if isinstance(t, Tool)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"{self.id}: duplicate tool names {duplicates}")
-        self.tools: list[FunctionTool] = [*own, *tools]
+        self.tools: list[Tool | Toolset] = [*own, *tools]
+        """Its tools; a ``Toolset`` (an MCP server) is offered as it is when a reply starts."""
         self.chat_ctx = chat_ctx.copy() if chat_ctx is not None else ChatContext()
         self._session: PublicSession[Agent] | None = None
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ...models import ToolDefinition, ToolError
 from .run_context import RunContext
+from .tool import Tool
 
 if TYPE_CHECKING:
     import pydantic
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
-class FunctionTool:
+class FunctionTool(Tool):
     """A callable tool. As a class attribute it binds to the instance like a method."""
 
     def __init__(
@@ -42,10 +43,6 @@ class FunctionTool:
         self.context_param = context_param
         self._bound_to = bound_to
         functools.update_wrapper(self, fn)
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
 
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name}>"

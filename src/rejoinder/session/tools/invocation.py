@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..._dataclass import dataclass
 from ...models import FunctionCall, FunctionCallOutput, ToolError, ToolResult
-from .function_tool import FunctionTool
 from .run_context import RunContext
+from .tool import Tool, expand
 
 if TYPE_CHECKING:
     from ..agents.agent import Agent
@@ -29,9 +29,10 @@ logger = logging.getLogger("rejoinder")
 Release = Callable[[str], Awaitable[None]]
 
 
-def offered_tools(ctx: SessionContext, agent: Agent) -> dict[str, FunctionTool]:
-    """The tools ``agent`` is offered, by name: the session's and its own (its own win)."""
-    return {t.name: t for t in (*ctx.tools, *agent.tools)}
+def offered_tools(ctx: SessionContext, agent: Agent) -> dict[str, Tool]:
+    """The tools ``agent`` is offered, by name: the session's and its own (its own win),
+    toolsets as they are now."""
+    return {t.name: t for t in expand((*ctx.tools, *agent.tools))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class ToolInvocation:
 
     ctx: SessionContext
     call: FunctionCall
-    tool: FunctionTool | None
+    tool: Tool | None
     speech: SpeechHandle
     release: Release
 

@@ -18,8 +18,8 @@ from ..._dataclass import dataclass
 from ...floor import Obligation, ObligationKind
 from ...models import FunctionCall, FunctionCallOutput
 from ..events import BackgroundToolFinishedEvent
-from .function_tool import FunctionTool
 from .invocation import ToolInvocation, ToolOutcome, call_output
+from .tool import Tool
 
 if TYPE_CHECKING:
     from ..context import SessionContext
@@ -68,7 +68,7 @@ class ToolRunner:
         self._on_final = on_final
 
     def dispatch(
-        self, speech: SpeechHandle, call: FunctionCall, tools: Mapping[str, FunctionTool]
+        self, speech: SpeechHandle, call: FunctionCall, tools: Mapping[str, Tool]
     ) -> ToolCallRun:
         """Start one call now (while the reply carrying it may still be delivered)."""
         run = ToolCallRun(
@@ -82,7 +82,7 @@ class ToolRunner:
         run.task = self._spawn(self._run(run, speech, tools.get(call.name)))
         return run
 
-    async def _run(self, run: ToolCallRun, speech: SpeechHandle, tool: FunctionTool | None) -> None:
+    async def _run(self, run: ToolCallRun, speech: SpeechHandle, tool: Tool | None) -> None:
         call = run.call
 
         async def release(message: str) -> None:
