@@ -69,6 +69,8 @@ from .session import (
     SpeculationEvent,
     SpeechCreatedEvent,
     SpeechHandle,
+    Tool,
+    Toolset,
     UserInputTranscribedEvent,
     UserStateChangedEvent,
     UserTurnDiscardedEvent,
@@ -80,6 +82,7 @@ from .session import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from .mcp_servers import MCPServer, MCPServerError
     from .models import (
         FallbackLLM,
         FallbackRealtime,
@@ -110,6 +113,9 @@ _LAZY = {
     "AudioInput": "rejoinder.models.audio",
     "AudioOutput": "rejoinder.models.audio",
     "PlaybackFinished": "rejoinder.models.audio",
+    # MCP tool servers: only programs that connect one use them.
+    "MCPServer": "rejoinder.mcp_servers",
+    "MCPServerError": "rejoinder.mcp_servers",
 }
 
 
@@ -155,6 +161,8 @@ __all__ = [
     "InterruptionDetector",
     "LLMError",
     "LLMMetrics",
+    "MCPServer",
+    "MCPServerError",
     "MemoryTextOutput",
     "Metrics",
     "MetricsCollectedEvent",
@@ -177,10 +185,12 @@ __all__ = [
     "TTSError",
     "TTSMetrics",
     "TextOutput",
+    "Tool",
     "ToolCallRequest",
     "ToolDefinition",
     "ToolError",
     "ToolResult",
+    "Toolset",
     "Transcript",
     "TurnDetector",
     "TurnDetectorError",
