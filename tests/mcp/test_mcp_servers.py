@@ -23,6 +23,8 @@ pytest.importorskip("mcp", reason="MCP servers need the mcp extra")
 import rejoinder as rj
 from rejoinder.testing import ScriptedLLM, ToolCall
 
+from .._samples import run_example
+
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
 
 SERVER = Path(__file__).resolve().parent / "weather_server.py"
@@ -201,20 +203,5 @@ async def test_a_session_whose_server_hangs_or_dies_goes_on(weather: rj.MCPServe
 
 
 def test_the_sample_runs_with_its_own_server() -> None:
-    import os
-
-    sample = Path(__file__).resolve().parents[2] / "examples" / "mcp" / "agent.py"
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    done = subprocess.run(
-        [sys.executable, str(sample), "Weather in Bergen?"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0 and not done.stderr, done.stderr
-    assert done.stdout.splitlines() == [
-        "tools: ['get_weather']",
-        "12 degrees and light rain in Bergen.",
-    ]
+    out = run_example("mcp/agent.py", "Weather in Bergen?")
+    assert out.splitlines() == ["tools: ['get_weather']", "12 degrees and light rain in Bergen."]

@@ -30,6 +30,8 @@ from rejoinder.testing.anthropic_server import (
     message_start,
 )
 
+from .._samples import run_example
+
 # Real sockets on virtual time, as for the OpenAI-compatible client.
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -455,21 +457,6 @@ async def test_a_session_whose_provider_fails_returns_to_listening_and_goes_on(
 
 
 def test_the_sample_runs_offline_against_the_loopback_server() -> None:
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    sample = Path(__file__).resolve().parents[2] / "examples" / "claude_agent.py"
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    done = subprocess.run(
-        [sys.executable, str(sample), "Weather in Oslo?"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0 and not done.stderr, done.stderr
-    assert "tools: ['get_weather']" in done.stdout
-    assert "(1024 cached)" in done.stdout and "light rain in Oslo" in done.stdout
+    out = run_example("claude_agent.py", "Weather in Oslo?")
+    assert "tools: ['get_weather']" in out
+    assert "(1024 cached)" in out and "light rain in Oslo" in out
