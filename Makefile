@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
 # LLM, Piper): `make demo LLM=gpt-4o-mini` (and BASE_URL=... for Ollama, vLLM...) uses a
-# real model through an OpenAI-compatible API; ARGS=... go to `rejoinder dev`.
+# real model through an OpenAI-compatible API, `LLM=anthropic/claude-sonnet-4-5` Claude;
+# ARGS=... go to `rejoinder dev`.
 demo: $(STAMP)
 	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
 	@echo "For the text console instead: $(BIN)/rejoinder console"

@@ -69,14 +69,15 @@ async def prewarm() -> None:
 
 
 def make_llm() -> rj.LLM:
-    """The rule-based demo LLM, or the model named by ``$REJOINDER_LLM``."""
+    """The rule-based demo LLM, or the model named by ``$REJOINDER_LLM`` (``gpt-4o-mini``,
+    ``anthropic/claude-sonnet-4-5``, ...: see ``rejoinder.providers.registry``)."""
     model = os.environ.get("REJOINDER_LLM", "").strip()
     if not model:
         return DemoLLM(spoken=True)
-    from rejoinder.providers import openai
+    from rejoinder.providers.registry import llm_from_name
 
-    # base_url and api_key default to $OPENAI_BASE_URL and $OPENAI_API_KEY.
-    return openai.LLM(model=model)
+    # The key and the URL come from the provider's variables ($OPENAI_API_KEY, ...).
+    return llm_from_name(model)
 
 
 async def entrypoint(conn: Connection) -> None:

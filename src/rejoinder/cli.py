@@ -8,6 +8,7 @@ lives in ``rejoinder.console``::
     rejoinder console                                  # built-in rule-based demo LLM
     rejoinder console --script examples/demo_script.txt
     rejoinder console --llm gpt-4o-mini                # needs OPENAI_API_KEY
+    rejoinder console --llm anthropic/claude-sonnet-4-5  # needs ANTHROPIC_API_KEY
     rejoinder console --llm llama3.2 --base-url http://localhost:11434/v1
 
 ``rejoinder dev FILE`` and ``rejoinder serve FILE`` host an agent file's ``entrypoint``
@@ -84,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--llm",
         metavar="MODEL",
-        help="use a model through an OpenAI-compatible API (e.g. gpt-4o-mini)",
+        help=(
+            "use a real model: a name for an OpenAI-compatible API (gpt-4o-mini, llama3.2), "
+            "or provider/model (anthropic/claude-sonnet-4-5, or a provider a package adds)"
+        ),
     )
     console.add_argument(
         "--base-url",
@@ -94,8 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--api-key",
         metavar="KEY",
-        default=os.environ.get("OPENAI_API_KEY"),
-        help="API key (default: $OPENAI_API_KEY)",
+        help="API key (default: the provider's variable, $OPENAI_API_KEY or $ANTHROPIC_API_KEY)",
     )
     console.add_argument(
         "--script",

@@ -381,20 +381,18 @@ def _make_llm(args: argparse.Namespace) -> tuple[LLM, str]:
     if not args.llm:
         return DemoLLM(), DEMO_LLM_DESCRIPTION
     try:
-        from .providers.openai import LLM as OpenAILLM
-    except Exception as exc:  # the provider is optional; say why it is unavailable
-        raise UsageError(
-            f"--llm needs the OpenAI-compatible provider (rejoinder.providers.openai), "
-            f"which could not be loaded: {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        llm = OpenAILLM(model=args.llm, base_url=args.base_url, api_key=args.api_key)
-    except Exception as exc:
-        raise UsageError(f"could not set up --llm {args.llm}: {exc}") from exc
-    where = getattr(llm, "base_url", None) or args.base_url or "the default OpenAI API"
-    description = f"{args.llm} via the OpenAI-compatible API at {where}"
-    if not args.api_key and not args.base_url and not os.environ.get("OPENAI_BASE_URL"):
-        description += " (no API key: set OPENAI_API_KEY or pass --api-key)"
+        from .providers.registry import llm_from_name
+
+        llm = llm_from_name(args.llm, base_url=args.base_url, api_key=args.api_key)
+    except Exception as exc:  # a provider is optional, a name can be wrong: say which
+        raise UsageError(f"could not set up --llm {args.llm}: {type(exc).__name__}: {exc}") from exc
+    where = getattr(llm, "base_url", None) or args.base_url or "its default API"
+    description = f"{llm.model} ({llm.provider}) at {where}"
+    key_variable = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}.get(llm.provider)
+    # a local OpenAI-compatible server (a base URL) needs no key
+    local = llm.provider == "openai" and bool(args.base_url or os.environ.get("OPENAI_BASE_URL"))
+    if not args.api_key and key_variable and not os.environ.get(key_variable) and not local:
+        description += f" (no API key: set {key_variable} or pass --api-key)"
     return llm, description
 
 
