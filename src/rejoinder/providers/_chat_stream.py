@@ -14,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from abc import abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from ..models import ChatChunk, LLMError, StreamInfo
+from .. import models
+from ..models import ChatChunk, ChatContext, LLMError, StreamInfo, ToolDefinition
+from ..models.metrics import label_of
 from ._http import Failure, HTTPClient, error_message_from_body, read_some
 from ._retry import log_retry
 from ._sse import SSEDecoder
 
-__all__ = ["EventAssembler", "stream_chat"]
+__all__ = ["EventAssembler", "StreamedChat", "stream_chat"]
 
 
 class EventAssembler(Protocol):
@@ -41,6 +44,64 @@ class EventAssembler(Protocol):
         """The connection ended: what is still held, or ``LLMError`` if the stream was
         cut short."""
         ...
+
+
+_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+"""Added to a client's headers: the body is JSON, the reply an event stream."""
+
+
+class StreamedChat(HTTPClient, models.LLM):
+    """A chat model whose reply streams as server-sent events: each provider brings its
+    request (``build_request``), the path it is posted to and its ``EventAssembler``."""
+
+    _provider: ClassVar[str]
+    _path: ClassVar[str]
+    """After the base URL: ``/chat/completions``, ``/messages``."""
+    _assembler: ClassVar[Callable[[], EventAssembler]]
+    _model: str
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+    def __repr__(self) -> str:
+        return f"{self._provider}.LLM(model={self._model!r}, base_url={self._base_url!r})"
+
+    def chat(
+        self,
+        chat_ctx: ChatContext,
+        tools: Sequence[ToolDefinition] = (),
+        tool_choice: models.ToolChoice = "auto",
+    ) -> AsyncIterator[ChatChunk]:
+        # The request body is built now, so later changes to chat_ctx do not leak into it;
+        # the HTTP work happens while the returned stream is iterated.
+        body = self.build_request(chat_ctx, tools, tool_choice)
+        return stream_chat(
+            self,
+            f"{self._base_url}{self._path}",
+            body,
+            self._headers(**_STREAM_HEADERS),
+            type(self)._assembler,
+            self._info,
+        )
+
+    @abstractmethod
+    def build_request(
+        self,
+        chat_ctx: ChatContext,
+        tools: Sequence[ToolDefinition] = (),
+        tool_choice: models.ToolChoice = "auto",
+    ) -> dict[str, Any]:
+        """The JSON body ``chat`` would POST (useful for logging and tests)."""
+
+    def _info(self, retries: int) -> StreamInfo:
+        return StreamInfo(
+            model=self._model, provider=self._provider, label=label_of(self), retries=retries
+        )
 
 
 @dataclass(slots=True)

@@ -22,14 +22,12 @@ chunk) is tried again, as ``max_retries`` and the backoff parameters allow, hono
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import models
-from ...models import ChatChunk, ChatContext, StreamInfo, ToolDefinition
-from ...models.metrics import label_of
-from .._chat_stream import stream_chat
-from .._http import HTTPClient
+from ...models import ChatContext, ToolDefinition
+from .._chat_stream import StreamedChat
 from .._retry import RetryPolicy
 from .._timeout import Timeout
 from . import _convert
@@ -42,13 +40,15 @@ __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "LLM"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
 API_VERSION = "2023-06-01"
-_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
 
-class LLM(HTTPClient, models.LLM):
+class LLM(StreamedChat):
     """Claude through the Messages API, streamed."""
 
     _name = "anthropic.LLM"
+    _provider = "anthropic"
+    _path = "/messages"
+    _assembler = StreamAssembler
 
     def __init__(
         self,
@@ -103,39 +103,11 @@ class LLM(HTTPClient, models.LLM):
         self._cache = cache_prompt
         self._extra_body = dict(extra_body or {})
 
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def provider(self) -> str:
-        return "anthropic"
-
-    def __repr__(self) -> str:
-        return f"anthropic.LLM(model={self._model!r}, base_url={self._base_url!r})"
-
     def _auth_headers(self) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
         if self._api_key:
             headers["x-api-key"] = self._api_key
         return headers
-
-    def chat(
-        self,
-        chat_ctx: ChatContext,
-        tools: Sequence[ToolDefinition] = (),
-        tool_choice: models.ToolChoice = "auto",
-    ) -> AsyncIterator[ChatChunk]:
-        # Built now, so later changes to chat_ctx do not leak into the request.
-        body = self.build_request(chat_ctx, tools, tool_choice)
-        return stream_chat(
-            self,
-            f"{self._base_url}/messages",
-            body,
-            self._headers(**_STREAM_HEADERS),
-            StreamAssembler,
-            self._info,
-        )
 
     def build_request(
         self,
@@ -160,8 +132,3 @@ class LLM(HTTPClient, models.LLM):
             body["temperature"] = self._temperature
         body.update(self._extra_body)
         return body
-
-    def _info(self, retries: int) -> StreamInfo:
-        return StreamInfo(
-            model=self._model, provider="anthropic", label=label_of(self), retries=retries
-        )

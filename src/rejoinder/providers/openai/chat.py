@@ -14,13 +14,12 @@ clients.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import models
-from ...models import ChatChunk, ChatContext, StreamInfo, ToolDefinition
-from ...models.metrics import label_of
-from .._chat_stream import stream_chat
+from ...models import ChatContext, ToolDefinition
+from .._chat_stream import StreamedChat
 from .._retry import RetryPolicy
 from .._sse import SSEDecoder
 from .._timeout import Timeout
@@ -34,11 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_BASE_URL", "LLM", "SSEDecoder", "StreamAssembler", "Timeout"]
 
-# Added to the headers every client sends: the body is JSON, the reply an event stream.
-_STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
-
-class LLM(HTTPClient, models.LLM):
+class LLM(HTTPClient, StreamedChat):
     """Chat Completions over HTTP with ``stream: true``.
 
     ``from rejoinder.providers import openai; openai.LLM(model="gpt-4o-mini")``.
@@ -46,6 +42,9 @@ class LLM(HTTPClient, models.LLM):
     """
 
     _name = "openai.LLM"
+    _provider = "openai"
+    _path = "/chat/completions"
+    _assembler = StreamAssembler
 
     def __init__(
         self,
@@ -95,35 +94,6 @@ class LLM(HTTPClient, models.LLM):
         self._temperature = temperature
         self._extra_body = dict(extra_body or {})
 
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def provider(self) -> str:
-        return "openai"
-
-    def __repr__(self) -> str:
-        return f"openai.LLM(model={self._model!r}, base_url={self._base_url!r})"
-
-    def chat(
-        self,
-        chat_ctx: ChatContext,
-        tools: Sequence[ToolDefinition] = (),
-        tool_choice: models.ToolChoice = "auto",
-    ) -> AsyncIterator[ChatChunk]:
-        # The request body is built now, so later changes to chat_ctx do not leak into it;
-        # the HTTP work happens while the returned stream is iterated.
-        body = self.build_request(chat_ctx, tools, tool_choice)
-        return stream_chat(
-            self,
-            f"{self._base_url}/chat/completions",
-            body,
-            self._headers(**_STREAM_HEADERS),
-            StreamAssembler,
-            self._info,
-        )
-
     def build_request(
         self,
         chat_ctx: ChatContext,
@@ -144,8 +114,3 @@ class LLM(HTTPClient, models.LLM):
             body["temperature"] = self._temperature
         body.update(self._extra_body)
         return body
-
-    def _info(self, retries: int) -> StreamInfo:
-        return StreamInfo(
-            model=self._model, provider="openai", label=label_of(self), retries=retries
-        )
