@@ -19,6 +19,7 @@ from .chat import (
     FunctionCallOutput,
     Role,
 )
+from .image import ImageContent, ImageError
 from .interruption import Interruption, InterruptionDetector, is_backchannel
 from .llm import (
     LLM,
@@ -90,6 +91,8 @@ __all__ = [
     "FallbackTTS",
     "FunctionCall",
     "FunctionCallOutput",
+    "ImageContent",
+    "ImageError",
     "Interruption",
     "InterruptionDetector",
     "LLMError",

@@ -9,6 +9,7 @@ from dataclasses import field
 from typing import Literal, TypeAlias
 
 from .._dataclass import dataclass
+from .image import ImageContent
 
 Role: TypeAlias = Literal["system", "developer", "user", "assistant"]
 
@@ -22,12 +23,16 @@ def new_id(prefix: str) -> str:
 
 @dataclass(slots=True)
 class ChatMessage:
+    """One message. ``images``: what the user showed with it (``session.add_image``),
+    sent to the model after the text, in each provider's format."""
+
     role: Role
     content: str
     id: str = field(default_factory=lambda: new_id("msg"))
     interrupted: bool = False
     created_at: float = field(default_factory=time.time)
     type: Literal["message"] = "message"
+    images: tuple[ImageContent, ...] = ()
 
     @property
     def text_content(self) -> str:
@@ -81,8 +86,17 @@ class ChatContext:
     def empty(cls) -> ChatContext:
         return cls()
 
-    def add_message(self, *, role: Role, content: str, interrupted: bool = False) -> ChatMessage:
-        message = ChatMessage(role=role, content=content, interrupted=interrupted)
+    def add_message(
+        self,
+        *,
+        role: Role,
+        content: str,
+        interrupted: bool = False,
+        images: Iterable[ImageContent] = (),
+    ) -> ChatMessage:
+        message = ChatMessage(
+            role=role, content=content, interrupted=interrupted, images=tuple(images)
+        )
         self.items.append(message)
         return message
 
