@@ -218,7 +218,7 @@ class SessionRecorder:
             "close_reason": reason,
             "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}",
             "segments": self.segments,
-            "history": [dataclasses.asdict(item) for item in self.session.history],
+            "history": [_history_item(item) for item in self.session.history],
         }
         timeline = getattr(self.session, "timeline", None)
         if timeline is not None and hasattr(timeline, "entries"):
@@ -348,3 +348,12 @@ def _render(chunks: Chunks, begin: int, end: int) -> PCM16:
             keep.append((max(start, end), data[max(0, end - start) :]))
     chunks[:] = keep
     return np.clip(out, -32768, 32767).astype(np.int16)
+
+
+def _history_item(item: Any) -> dict[str, Any]:
+    """A history item as JSON: an image is described (type, size or URL), not written out."""
+    images = getattr(item, "images", ())
+    record = dataclasses.asdict(item)
+    if images:
+        record["images"] = [image.describe() for image in images]
+    return record

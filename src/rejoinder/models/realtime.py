@@ -32,6 +32,7 @@ from .tools import ToolDefinition
 
 if TYPE_CHECKING:
     from .audio import AudioFrame
+    from .image import ImageContent
 
 
 class RealtimeError(Exception):
@@ -272,6 +273,11 @@ class RealtimeSession(ABC):
     @abstractmethod
     def send_user_text(self, text: str) -> None:
         """A typed user message; the model answers it."""
+
+    def add_image(self, image: ImageContent) -> None:
+        """Show the model an image (``session.add_image``): it sees it with what the user
+        says next. A model that cannot see says so."""
+        raise RealtimeError(f"{type(self).__name__} does not take images")
 
     def set_input_muted(self, muted: bool) -> None:  # noqa: B027 - optional
         """The session muted (or unmuted) the microphone; it sends silence meanwhile.

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..models import LLM, ChatContext, ChatItem
+from ..models import LLM, ChatContext, ChatItem, ImageContent
 from .events import ConversationItemAddedEvent, ErrorEvent, EventEmitter
 from .turn_state import TurnState
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .tools.tool import Tool, Toolset
 
 logger = logging.getLogger("rejoinder")
+
+MAX_PENDING_IMAGES = 4
+"""The most images one user message carries (``session.add_image`` keeps the latest)."""
 
 
 class SessionContext:
@@ -57,6 +60,9 @@ class SessionContext:
         """The session's metrics meter (``metrics_emit.meter_for`` makes it on first use)."""
         self.input_muted = False
         """``session.mute_input()``: the microphone is heard as silence."""
+        self.pending_images: tuple[ImageContent, ...] = ()
+        """``session.add_image()``: shown with the user's next message (a tuple: an idle
+        session keeps no list)."""
 
     # ------------------------------------------------------------- models
 
@@ -126,6 +132,23 @@ class SessionContext:
             self.emit_error(exc, source="internal", recoverable=True)
 
     # --------------------------------------------------------- the record
+
+    def show_image(self, image: ImageContent) -> None:
+        """Keep ``image`` for the user's next message; past ``MAX_PENDING_IMAGES`` the
+        oldest goes (a camera sampled while nobody speaks must not grow a request)."""
+        images = (*self.pending_images, image)
+        if len(images) > MAX_PENDING_IMAGES:
+            logger.debug(
+                "an image shown earlier was dropped: at most %d go with a message",
+                MAX_PENDING_IMAGES,
+            )
+            images = images[-MAX_PENDING_IMAGES:]
+        self.pending_images = images
+
+    def take_images(self) -> tuple[ImageContent, ...]:
+        """The images for the user message being recorded (and none left pending)."""
+        images, self.pending_images = self.pending_images, ()
+        return images
 
     def record(self, item: ChatItem, *, at: int | None = None) -> None:
         """Append ``item`` to the history (or insert it at index ``at``: speech recorded

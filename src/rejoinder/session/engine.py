@@ -23,6 +23,7 @@ from .speech.handle import SpeechHandle
 
 if TYPE_CHECKING:
     from ..models.audio import AudioInput
+    from ..models.image import ImageContent
     from .agents.agent import Agent
     from .agents.agent_stack import AgentStack
     from .context import SessionContext
@@ -80,6 +81,10 @@ class Engine:
 
     def _stop_voice(self) -> None:
         """Silence audio the engine plays itself (not through an agent's speech)."""
+
+    def add_image(self, image: ImageContent) -> None:
+        """``session.add_image``: the image goes with the user's next message."""
+        self._ctx.show_image(image)
 
     def agent_changed(self, agent: Agent) -> None:
         """A switch made ``agent`` current."""

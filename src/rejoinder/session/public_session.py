@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..floor import AgentState, UserState
-    from ..models import ChatContext
+    from ..models import ChatContext, ImageContent
     from ..models.metrics import UsageSummary
     from ..models.stt import STT
     from ..models.tts import TTS
@@ -105,6 +105,7 @@ class PublicSession(Protocol[AgentT]):
     def clear_user_turn(self) -> None: ...
     def hold(self, label: str = "hold") -> AbstractContextManager[None]: ...
     def push_dtmf(self, digits: str) -> None: ...
+    def add_image(self, image: ImageContent) -> None: ...
     async def aclose(self, *, reason: str = "closed") -> None: ...
     async def drain(self, timeout: float = 60.0) -> None: ...  # noqa: ASYNC109
     def shutdown(

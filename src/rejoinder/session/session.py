@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
-from ..models import LLM, ChatContext, is_realtime_model
+from ..models import LLM, ChatContext, ImageContent, is_realtime_model
 from ..models.chat import new_id
 from ..models.claims import ModelClaims
 from ..models.interruption import InterruptionDetector
@@ -409,6 +409,16 @@ class AgentSession(Generic[Userdata]):
                 async with asyncio.timeout(bound):
                     await self._listening_again(None)  # nothing owed, nothing audible
         await self.aclose()
+
+    def add_image(self, image: ImageContent) -> None:
+        """Show the agent an image: it goes with the user's next message (what they say,
+        or ``generate_reply(user_input=...)``), in the model's own image format. A
+        realtime model gets it at once and sees it with what the user says next (one
+        that cannot see raises ``RealtimeError``). At most four wait for a message; past
+        that the oldest is dropped. Make images with ``rj.ImageContent.from_bytes``,
+        ``from_url`` or ``from_file`` (checked there: format and size)."""
+        require(image, ImageContent, "add_image() image")
+        self._started_engine().add_image(image)
 
     def push_dtmf(self, digits: str) -> None:
         """Keys the user pressed on a phone keypad (telephony transports call this; so

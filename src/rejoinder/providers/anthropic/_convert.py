@@ -17,6 +17,9 @@ through:
   is an output whose call is missing or was answered already: the tool context a
   session keeps across turns and agent switches can never produce the 400 that other
   frameworks' users meet when it is lost between calls.
+- A user message's images (``ChatMessage.images``) go before its text, as ``image``
+  blocks with a base64 or URL source
+  (https://docs.anthropic.com/en/docs/build-with-claude/vision).
 - The conversation starts and ends with a user message: an agent that greets first gets
   a ``(the conversation starts)`` user turn before its greeting, and a request whose
   context ends with the agent's own words gets ``(go on)`` after them (otherwise the API
@@ -39,6 +42,7 @@ from ...models import (
     ChatMessage,
     FunctionCall,
     FunctionCallOutput,
+    ImageContent,
     NamedToolChoice,
     ToolChoice,
     ToolDefinition,
@@ -75,7 +79,12 @@ def to_system_and_messages(
                 turns.add("user", _text(item.content))
                 continue
             leading = False
-            turns.add("user" if item.role == "user" else "assistant", _text(item.content))
+            role = "user" if item.role == "user" else "assistant"
+            if role == "user":
+                # Images before the words: the order Anthropic's vision guide recommends.
+                for image in item.images:
+                    turns.add("user", _image_block(image))
+            turns.add(role, _text(item.content))
         elif isinstance(item, FunctionCall):
             leading = False
             if item.call_id not in outputs or item.call_id in answered:
@@ -133,6 +142,15 @@ class _Turns:
             last["content"].append(block)
         else:
             self._messages.append({"role": role, "content": [block]})
+
+
+def _image_block(image: ImageContent) -> JSONObject:
+    if image.data is None:
+        return {"type": "image", "source": {"type": "url", "url": image.url}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": image.mime_type, "data": image.base64()},
+    }
 
 
 def _text(content: str) -> JSONObject | None:

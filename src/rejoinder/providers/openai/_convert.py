@@ -14,6 +14,7 @@ from ...models import (
     ChatMessage,
     FunctionCall,
     FunctionCallOutput,
+    ImageContent,
     NamedToolChoice,
     ToolChoice,
     ToolDefinition,
@@ -25,7 +26,9 @@ JSONObject = dict[str, Any]
 def to_messages(chat_ctx: ChatContext) -> list[JSONObject]:
     """Convert a chat context to Chat Completions ``messages``.
 
-    - ``ChatMessage`` → ``{"role", "content"}`` (roles pass through unchanged).
+    - ``ChatMessage`` → ``{"role", "content"}`` (roles pass through unchanged); a message
+      with images has a list of parts for content: its text, then an ``image_url`` part
+      per image (a ``data:`` URL for bytes).
     - A run of consecutive ``FunctionCall`` items → one assistant message with ``tool_calls``.
       An assistant text message right before the run is merged into it (``content`` plus
       ``tool_calls``), which is how the model produced it in the first place.
@@ -54,7 +57,7 @@ def to_messages(chat_ctx: ChatContext) -> list[JSONObject]:
             if item.role == "assistant" and isinstance(nxt, FunctionCall):
                 i = _emit_calls(items, i + 1, item.content, outputs, answered, messages)
                 continue
-            messages.append({"role": item.role, "content": item.content})
+            messages.append({"role": item.role, "content": _content(item)})
         elif isinstance(item, FunctionCall):
             i = _emit_calls(items, i, None, outputs, answered, messages)
             continue
@@ -63,6 +66,25 @@ def to_messages(chat_ctx: ChatContext) -> list[JSONObject]:
             pass
         i += 1
     return messages
+
+
+def _content(message: ChatMessage) -> str | list[JSONObject]:
+    """A message's ``content``: its text, or (with images) the text and ``image_url``
+    parts, the form the API documents for vision input."""
+    if not message.images:
+        return message.content
+    parts: list[JSONObject] = []
+    if message.content:
+        parts.append({"type": "text", "text": message.content})
+    parts.extend(_image_part(image) for image in message.images)
+    return parts
+
+
+def _image_part(image: ImageContent) -> JSONObject:
+    url: JSONObject = {"url": image.data_url()}
+    if image.detail != "auto":
+        url["detail"] = image.detail
+    return {"type": "image_url", "image_url": url}
 
 
 def _emit_calls(

@@ -196,6 +196,15 @@ def message_item(role: Literal["user", "assistant", "system"], text: str) -> JSO
     }
 
 
+def image_item(data_url: str) -> JSONObject:
+    """A user message that shows an image (``input_image``: the API takes a data URL)."""
+    return {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_image", "image_url": data_url}],
+    }
+
+
 def function_call_output_item(call_id: str, output: str) -> JSONObject:
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
@@ -253,12 +262,20 @@ def history_items(history: ChatContext) -> list[JSONObject]:
     events: list[JSONObject] = []
     for item in history.items:
         if isinstance(item, ChatMessage):
-            if not item.content:
+            if not item.content and not item.images:
                 continue
             role: Literal["user", "assistant", "system"] = "system"
             if item.role == "user" or item.role == "assistant":
                 role = item.role
-            events.append(item_create(message_item(role, item.content)))
+            if item.content:
+                events.append(item_create(message_item(role, item.content)))
+            if role == "user":
+                # Shown images replay with the words (links cannot: the API takes bytes).
+                events.extend(
+                    item_create(image_item(image.data_url()))
+                    for image in item.images
+                    if image.data is not None
+                )
         elif isinstance(item, FunctionCall):
             note = f"(The assistant called the tool {item.name} with {item.arguments or '{}'}.)"
             events.append(item_create(message_item("system", note)))

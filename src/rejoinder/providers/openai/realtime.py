@@ -71,6 +71,7 @@ from ._realtime_wire import SAMPLE_RATE, JSONObject
 if TYPE_CHECKING:
     from ...models.audio import AudioFrame
     from ...models.chat import FunctionCallOutput
+    from ...models.image import ImageContent
     from ...models.tools import ToolDefinition
 
 __all__ = ["DEFAULT_TURN_DETECTION", "OpenAIRealtimeSession", "Realtime"]
@@ -334,6 +335,14 @@ class OpenAIRealtimeSession(RealtimeSession):
 
     def add_context(self, text: str) -> None:
         self._send(wire.item_create(wire.message_item("system", text)))
+
+    def add_image(self, image: ImageContent) -> None:
+        if image.data is None:
+            raise RealtimeError(
+                "the Realtime API takes images as bytes (a data URL), not a link: "
+                "fetch it and pass ImageContent.from_bytes(...)"
+            )
+        self._send(wire.item_create(wire.image_item(image.data_url())))
 
     def update_instructions(self, instructions: str) -> None:
         self._instructions = instructions

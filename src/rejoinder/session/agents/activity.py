@@ -381,9 +381,12 @@ class AgentActivity:
             return
         tools = self._offered_tools(0)
         items = list(self.agent.chat_ctx.items)
-        key = speculation_key(user_text, items, self.agent.instructions, tools)
+        images = self._ctx.pending_images
+        key = speculation_key(user_text, images, items, self.agent.instructions, tools)
         context = self._record.model_context(None).items
-        self._speculation.start(llm, key, context, user_text, tools)
+        self._speculation.start(
+            llm, key, context, ChatMessage("user", user_text, images=images), tools
+        )
 
     def discard_preemptive(self, reason: str) -> None:
         self._speculation.discard(reason)

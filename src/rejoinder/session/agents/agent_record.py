@@ -61,7 +61,7 @@ class AgentRecord:
             speech.chat_items.append(item)
 
     def add_user_message(self, text: str) -> ChatMessage:
-        message = ChatMessage(role="user", content=text)
+        message = ChatMessage(role="user", content=text, images=self._ctx.take_images())
         self.commit(message)
         return message
 

@@ -3,9 +3,10 @@
 A ``Preemptive`` runs the model into a buffer (nothing is delivered and no tool runs) under
 an uncommitted ``preemptive`` obligation, so the agent still reports ``listening`` and the
 user is not marked away. When the turn ends, the reply takes it over only if everything the
-model saw is still what it would see now (``key``: the user's text, the context items, the
-instructions and the very tools offered); otherwise it is discarded. Whoever abandons it (a
-newer attempt, a discarded turn, interrupt, drain, close, pause, handoff) calls
+model saw is still what it would see now (``key``: the user's text and the images shown
+with it, the context items, the instructions and the very tools offered); otherwise it is
+discarded. Whoever abandons it (a newer attempt, a discarded turn, interrupt, drain,
+close, pause, handoff) calls
 ``discard``: there is no path that leaves it parked.
 """
 
@@ -18,7 +19,7 @@ from contextlib import aclosing
 from typing import Protocol
 
 from ...floor import Obligation
-from ...models import ChatChunk, ChatItem, ChatMessage
+from ...models import ChatChunk, ChatItem, ChatMessage, ImageContent
 from ...models.tools import ToolDefinition
 
 logger = logging.getLogger("rejoinder")
@@ -32,12 +33,18 @@ class OfferedTool(Protocol):
 
 
 def speculation_key(
-    user_text: str, items: Sequence[ChatItem], instructions: str, tools: Mapping[str, OfferedTool]
+    user_text: str,
+    images: Sequence[ImageContent],
+    items: Sequence[ChatItem],
+    instructions: str,
+    tools: Mapping[str, OfferedTool],
 ) -> Hashable:
     """Everything a reply's model call depends on: if any of it changed (a hook edited
-    the message, the context, the instructions or the tools), the speculation is stale."""
+    the message, the context, the instructions or the tools, or an image was shown since),
+    the speculation is stale."""
     return (
         user_text,
+        tuple(id(image) for image in images),
         tuple(item.id for item in items),
         instructions,
         tuple((name, id(tool)) for name, tool in tools.items()),
@@ -103,7 +110,7 @@ class Preemptive:
         and ``instructions``, if everything it saw is still what that reply would see;
         otherwise it is cancelled (``None``: generate anew)."""
         before = items[:-1] if items and items[-1] is message else items
-        key = speculation_key(message.content, before, instructions, tools)
+        key = speculation_key(message.content, message.images, before, instructions, tools)
         if extra_instructions is None and key == self.key:
             self._decided("used", "")
             return self.replay()

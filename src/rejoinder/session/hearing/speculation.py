@@ -38,11 +38,11 @@ class Speculation:
         llm: LLM,
         key: Hashable,
         context: list[ChatItem],
-        user_text: str,
+        message: ChatMessage,
         tools: Mapping[str, OfferedTool],
     ) -> None:
-        """Start generating a reply to ``user_text`` (kept as is when one with the same
-        key is already running)."""
+        """Start generating a reply to the user's ``message`` (kept as is when one with
+        the same key is already running)."""
         if self._current is not None and self._current.key == key:
             return
         self.discard("a newer attempt")
@@ -51,7 +51,7 @@ class Speculation:
         self._state.open_new(prepared.obligation, on_expire=prepared.cancel)
         self._report("started", "")
         stream = llm.chat(
-            ChatContext([*context, ChatMessage(role="user", content=user_text)]),
+            ChatContext([*context, message]),
             [t.definition for t in tools.values()],
             "auto" if tools else "none",
         )

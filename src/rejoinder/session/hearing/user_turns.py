@@ -149,7 +149,7 @@ class UserTurns:
         self._preroll_seconds = 0.0
         self._utterance: list[AudioFrame] = []
         self._transcript: list[str] = []
-        self._last_word_confidence: float | None = None  # of the transcript's last part
+        self._last_part = Transcript("")  # the transcript's last part, as recognized
         self._interim = ""
         self._recognizing = 0
         self._early: _Early | None = None
@@ -511,7 +511,7 @@ class UserTurns:
                 "user_input_transcribed", UserInputTranscribedEvent(text, is_final=True)
             )
             self._transcript.append(text)
-            self._last_word_confidence = transcript.last_word_confidence
+            self._last_part = transcript
             self._transcribed_at = asyncio.get_running_loop().time()
             self._words_heard(text)
             if self._options.preemptive_generation and not self._vad.speaking:
@@ -525,18 +525,18 @@ class UserTurns:
         audio say (see ``turn_end``)."""
         if self._vad.speaking or self._recognizing or not self._transcript:
             return
-        options = self._options
-        verdicts = self._verdicts
+        options, verdicts = self._options, self._verdicts
         complete = verdicts.complete() if verdicts is not None else None
         if complete is None and verdicts is not None and verdicts.judging:
             return  # the verdict reschedules this when it is in
         delay = turn_end_delay(
-            judge_words(" ".join(self._transcript), self._last_word_confidence),
+            judge_words(" ".join(self._transcript), self._last_part.last_word_confidence),
             audio_complete=complete,
             probability=verdicts.probability if verdicts is not None else None,
             min_delay=options.min_endpointing_delay,
             max_delay=options.max_endpointing_delay,
             continuation=len(self._transcript) > 1,
+            recognizer_probability=self._last_part.end_of_turn_probability,
         )
         loop = asyncio.get_running_loop()
         at = (self._ended_at if self._ended_at is not None else loop.time()) + delay

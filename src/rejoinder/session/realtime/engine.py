@@ -63,6 +63,7 @@ from .record import RealtimeRecord
 
 if TYPE_CHECKING:
     from ...models.audio import AudioInput, PlaybackFinished
+    from ...models.image import ImageContent
     from ..agents.activity import AgentActivity
     from ..agents.agent import Agent
     from ..agents.agent_stack import AgentStack
@@ -112,6 +113,11 @@ class RealtimeEngine(Engine):
     @property
     def provider_session(self) -> RealtimeSession:
         return self._rt
+
+    def add_image(self, image: ImageContent) -> None:
+        """The realtime model hears the user itself: the image goes to it now, and it
+        sees it with what the user says next (``RealtimeError`` if it cannot see)."""
+        self._rt.add_image(image)
 
     # ---------------------------------------------------------------- lifecycle
 
