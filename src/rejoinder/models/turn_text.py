@@ -42,8 +42,8 @@ _NEEDS_MORE = {
     "although", "though", "unless", "until", "since", "whether", "where", "which",
     "who", "whose", "whom", "whereas", "plus",
     # articles and possessives
-    "a", "an", "the", "my", "your", "his", "her", "our", "their", "its", "this",
-    "these", "those", "every", "each", "another",
+    "a", "an", "the", "my", "your", "his", "her", "our", "their", "its", "every",
+    "each", "another",
     # prepositions that take an object
     "to", "for", "of", "with", "from", "by", "into", "onto", "between", "among",
     "towards", "toward", "during", "without", "within", "via", "per", "except",
@@ -55,13 +55,15 @@ _NEEDS_MORE = {
     "be", "being",
 }  # fmt: skip
 # Often the end of a sentence, often not: a particle ("turn it on", "log in"), a verb
-# that can stand last ("that's all I need", "what time is it, and where it is").
+# that can stand last ("that's all I need", "what time is it, and where it is"), a
+# demonstrative, a pronoun as often as a determiner ("what is this?" against "I'd like
+# this ... one": as an article it held "what is this?" for the whole maximum delay).
 _MAYBE = {
     "in", "on", "off", "up", "out", "over", "down", "around", "back", "after", "before",
     "under", "behind", "past", "that", "then", "also", "either", "is", "are",
     "was", "were", "am", "can", "could", "would", "will", "should", "shall", "may",
     "might", "must", "want", "need", "not", "really", "more", "most", "some", "any",
-    "how", "maybe", "been",
+    "how", "maybe", "been", "this", "these", "those",
 }  # fmt: skip
 _MODALS = {"can", "could", "would", "will", "should", "may", "might", "shall"}
 _SUBJECTS = {"you", "we", "i", "they"}
