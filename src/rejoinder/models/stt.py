@@ -36,12 +36,18 @@ class Transcript:
     ("a hotel near the" written "a hotel near now.") is usually unsure of that word, and
     the sentence only *looks* finished (the turn-end decision); one that made words of a
     sound ("here." for a laugh) is unsure of all of them (the interruption decision).
+
+    ``end_of_turn_probability``: the recognizer's own probability (0-1) that the speaker
+    finished their turn where the utterance ends, for a recognizer with a turn model of its
+    own (AssemblyAI's ``end_of_turn_confidence``); ``None`` when it has none. The turn-end
+    decision takes it as one more signal, never as the decider (``turn_end``).
     """
 
     text: str
     _: KW_ONLY
     confidence: float | None = None
     last_word_confidence: float | None = None
+    end_of_turn_probability: float | None = None
 
 
 class STT(ABC):
