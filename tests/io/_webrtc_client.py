@@ -114,6 +114,8 @@ class WebRTCClient:
     played: int = 0
     errors: list[str] = field(default_factory=list)
     raw_messages: list[str] = field(default_factory=list)
+    camera: MediaStreamTrack | None = None
+    """A video track to share (offered after the microphone), or none."""
     pc: RTCPeerConnection = field(init=False)
     mic: MicTrack = field(init=False)
     channel: RTCDataChannel = field(init=False)
@@ -131,6 +133,8 @@ class WebRTCClient:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.mic = MicTrack()
         self.pc.addTrack(self.mic)
+        if self.camera is not None:
+            self.pc.addTrack(self.camera)
         self.channel = self.pc.createDataChannel("rejoinder")
         self.channel.on("message", self._message)
         self.pc.on("track", self._track)

@@ -343,12 +343,16 @@ async def test_an_offer_without_a_data_channel_or_audio_is_refused(serve: Any) -
     assert served.webrtc.peers == 0
 
 
-async def test_video_and_extra_audio_sections_are_answered_inactive(serve: Any) -> None:
+@pytest.mark.parametrize("accept_video", [True, False])
+async def test_one_camera_is_received_extra_sections_are_answered_inactive(
+    serve: Any, accept_video: bool
+) -> None:
     from aiortc import RTCConfiguration, RTCPeerConnection
 
-    served = await serve(scripted([], []))
+    options = WebRTCOptions(host_addresses=["127.0.0.1"], accept_video=accept_video)
+    served = await serve(scripted([], []), options)
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    for kind in ("audio", "video", "audio"):
+    for kind in ("audio", "video", "audio", "video"):
         pc.addTransceiver(kind)
     pc.createDataChannel("rejoinder")
     with offering(["127.0.0.1"]):
@@ -359,11 +363,20 @@ async def test_video_and_extra_audio_sections_are_answered_inactive(serve: Any) 
         answer = (await resp.json())["sdp"]
     sections = answer.split("m=")[1:]
     directions = [
-        (section.split()[0], next(a for a in ("sendrecv", "inactive") if f"a={a}" in section))
+        (
+            section.split()[0],
+            next(a for a in ("sendrecv", "recvonly", "inactive") if f"a={a}" in section),
+        )
         for section in sections
         if not section.startswith("application")
     ]
-    assert directions == [("audio", "sendrecv"), ("video", "inactive"), ("audio", "inactive")]
+    camera = "recvonly" if accept_video else "inactive"
+    assert directions == [
+        ("audio", "sendrecv"),
+        ("video", camera),
+        ("audio", "inactive"),
+        ("video", "inactive"),
+    ]
     await pc.close()
     await served.webrtc.aclose()
 

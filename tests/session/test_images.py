@@ -152,3 +152,23 @@ async def test_a_recording_describes_images_without_their_bytes(tmp_path: Any) -
     record = json.loads((tmp_path / "call.json").read_text())
     user = next(item for item in record["history"] if item.get("role") == "user")
     assert user["images"] == [{"type": "image", "mime_type": "image/png", "bytes": len(PNG)}]
+
+
+async def test_a_keyed_image_replaces_the_pending_one_with_its_key() -> None:
+    """A camera's still (``key="camera"``) replaces the camera's earlier still that no
+    message took; images without a key, or with another, stay."""
+    llm = ScriptedLLM([["Seen."]])
+    session = await text_session(llm)
+    upload = rj.ImageContent.from_bytes(JPEG)
+    stills = [rj.ImageContent.from_bytes(PNG) for _ in range(3)]
+    session.add_image(stills[0], key="camera")
+    session.add_image(upload)
+    session.add_image(stills[1], key="camera")
+    session.add_image(stills[2], key="camera")
+    await session.run(user_input="Look.")
+    assert last_user_message(llm.calls[0]).images == (upload, stills[2])
+    with pytest.raises(TypeError, match="key"):
+        session.add_image(upload, key=1)  # type: ignore[arg-type]
+    await session.aclose()
+    with pytest.raises(RuntimeError, match="closing"):
+        session.add_image(upload)

@@ -60,9 +60,9 @@ class SessionContext:
         """The session's metrics meter (``metrics_emit.meter_for`` makes it on first use)."""
         self.input_muted = False
         """``session.mute_input()``: the microphone is heard as silence."""
-        self.pending_images: tuple[ImageContent, ...] = ()
-        """``session.add_image()``: shown with the user's next message (a tuple: an idle
-        session keeps no list)."""
+        self._pending: tuple[tuple[str | None, ImageContent], ...] = ()
+        """``session.add_image()``: (key, image) shown with the user's next message (a
+        tuple: an idle session keeps no list)."""
 
     # ------------------------------------------------------------- models
 
@@ -133,21 +133,28 @@ class SessionContext:
 
     # --------------------------------------------------------- the record
 
-    def show_image(self, image: ImageContent) -> None:
-        """Keep ``image`` for the user's next message; past ``MAX_PENDING_IMAGES`` the
-        oldest goes (a camera sampled while nobody speaks must not grow a request)."""
-        images = (*self.pending_images, image)
-        if len(images) > MAX_PENDING_IMAGES:
+    @property
+    def pending_images(self) -> tuple[ImageContent, ...]:
+        """The images the user's next message will carry, oldest first."""
+        return tuple(image for _, image in self._pending)
+
+    def show_image(self, image: ImageContent, key: str | None = None) -> None:
+        """Keep ``image`` for the user's next message. One with a ``key`` replaces a
+        pending one with the same key (a camera's still: the latest is the one). Past
+        ``MAX_PENDING_IMAGES`` the oldest goes: a request must not grow without bound."""
+        kept = self._pending if key is None else tuple(p for p in self._pending if p[0] != key)
+        pending = (*kept, (key, image))
+        if len(pending) > MAX_PENDING_IMAGES:
             logger.debug(
                 "an image shown earlier was dropped: at most %d go with a message",
                 MAX_PENDING_IMAGES,
             )
-            images = images[-MAX_PENDING_IMAGES:]
-        self.pending_images = images
+            pending = pending[-MAX_PENDING_IMAGES:]
+        self._pending = pending
 
     def take_images(self) -> tuple[ImageContent, ...]:
         """The images for the user message being recorded (and none left pending)."""
-        images, self.pending_images = self.pending_images, ()
+        images, self._pending = self.pending_images, ()
         return images
 
     def record(self, item: ChatItem, *, at: int | None = None) -> None:

@@ -82,9 +82,9 @@ class Engine:
     def _stop_voice(self) -> None:
         """Silence audio the engine plays itself (not through an agent's speech)."""
 
-    def add_image(self, image: ImageContent) -> None:
+    def add_image(self, image: ImageContent, key: str | None) -> None:
         """``session.add_image``: the image goes with the user's next message."""
-        self._ctx.show_image(image)
+        self._ctx.show_image(image, key)
 
     def agent_changed(self, agent: Agent) -> None:
         """A switch made ``agent`` current."""

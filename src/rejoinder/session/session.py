@@ -410,15 +410,21 @@ class AgentSession(Generic[Userdata]):
                     await self._listening_again(None)  # nothing owed, nothing audible
         await self.aclose()
 
-    def add_image(self, image: ImageContent) -> None:
+    def add_image(self, image: ImageContent, *, key: str | None = None) -> None:
         """Show the agent an image: it goes with the user's next message (what they say,
         or ``generate_reply(user_input=...)``), in the model's own image format. A
         realtime model gets it at once and sees it with what the user says next (one
         that cannot see raises ``RealtimeError``). At most four wait for a message; past
-        that the oldest is dropped. Make images with ``rj.ImageContent.from_bytes``,
-        ``from_url`` or ``from_file`` (checked there: format and size)."""
+        that the oldest is dropped; an image with a ``key`` replaces one with the same
+        key that no message has taken yet (a camera's latest still: ``key="camera"``).
+        Make images with ``rj.ImageContent.from_bytes``, ``from_url`` or ``from_file``
+        (checked there: format and size)."""
         require(image, ImageContent, "add_image() image")
-        self._started_engine().add_image(image)
+        require(key, (str, type(None)), "add_image() key")
+        engine = self._started_engine()
+        if self._is_closing():
+            raise RuntimeError("the session is closing: no user message is coming for the image")
+        engine.add_image(image, key)
 
     def push_dtmf(self, digits: str) -> None:
         """Keys the user pressed on a phone keypad (telephony transports call this; so

@@ -52,10 +52,18 @@ class WebRTCOptions:
     """Data-channel bytes the client may leave unread before it is dropped as too slow."""
     max_offer_bytes: int = 64 * 1024
     """Largest ``POST /api/offer`` body accepted."""
+    accept_video: bool = True
+    """Receive the first video track a client offers (the page's "camera"): each user
+    turn then carries a still of it (``session.add_image``). False: video is answered
+    inactive, and nothing of it is received or decoded."""
+    video_max_side: int = 768
+    """A camera still's longer side at most (pixels): the frame is scaled down to it."""
 
     def __post_init__(self) -> None:
         if self.input_sample_rate <= 0:
             raise ValueError("input_sample_rate must be positive")
+        if self.video_max_side < 16:
+            raise ValueError("video_max_side must be at least 16 pixels")
         if self.mic_batch_interval < 0:
             raise ValueError("mic_batch_interval must not be negative")
         for name in ("gather_timeout", "connect_timeout", "data_channel_timeout"):

@@ -17,9 +17,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...models.audio import AudioFrame
+
+if TYPE_CHECKING:
+    from ...session import AgentSession
 from ..connection import Connection, Entrypoint, PushAudioInput
 from ..playback import ReportedPlayback
 from ..protocol import Clear, ClientMessage, Played, ServerMessage
@@ -37,6 +40,7 @@ from .media import (
     watch_microphone,
 )
 from .options import WebRTCOptions
+from .video import CameraSampler
 
 _deps.require()
 
@@ -103,6 +107,8 @@ class WebRTCPeer:
         self._connected = asyncio.Event()
         self._channel: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
         self._remote_track: MediaStreamTrack | None = None
+        self.camera: CameraSampler | None = None
+        """The client's camera, if it shares one (``WebRTCOptions.accept_video``)."""
         self._decoder: MicrophoneDecoder | None = None
         """Decodes the microphone into ``microphone`` (None: ``forward_microphone`` does)."""
         self._audio_sender: RTCRtpSender | None = None
@@ -143,10 +149,16 @@ class WebRTCPeer:
         if self.pc.sctp is None:
             raise OfferError("the offer has no data channel (create one before the offer)")
         self._audio_sender = sender = self.pc.addTrack(self.track)
+        video = [t for t in self.pc.getTransceivers() if t.kind == "video"]
+        camera = video[0] if video and self.options.accept_video else None
         for transceiver in self.pc.getTransceivers():
-            if transceiver.sender is not sender:
-                # Video, or a second audio section: answered inactive, so nothing of it is
-                # received, decoded or sent.
+            if transceiver is camera:
+                # Received, never sent (a client that offers no video to send gets it
+                # inactive all the same: aiortc answers the intersection).
+                transceiver.direction = "recvonly"
+            elif transceiver.sender is not sender:
+                # Another video, or a second audio section: answered inactive, so
+                # nothing of it is received, decoded or sent.
                 transceiver.direction = "inactive"
         answer = await self.pc.createAnswer()
         with offering(self.options.host_addresses):
@@ -184,11 +196,16 @@ class WebRTCPeer:
             # no start message here: the offer's URL asks for timeline messages
             wants_timeline=self.query.get("timeline", "").lower() in ("1", "true", "yes"),
         )
+        conn.session_observers.append(self._session_started)
         try:
             await (runner or _call)(self._serve(entrypoint), conn)
         finally:
             conn.client_left()
             await self.close()
+
+    def _session_started(self, session: AgentSession[Any]) -> None:
+        if self.camera is not None:
+            self.camera.attach(session)
 
     def _serve(self, entrypoint: Entrypoint) -> Entrypoint:
         async def serve(conn: Connection) -> None:
@@ -363,6 +380,12 @@ class WebRTCPeer:
             self._leave(f"the connection {state}")
 
     def _track_received(self, track: MediaStreamTrack) -> None:
+        if track.kind == "video" and self.camera is None and self.options.accept_video:
+            self.camera = CameraSampler(track, max_side=self.options.video_max_side)
+            self._spawn(self.camera.run())
+            session = self.connection.session if self.connection is not None else None
+            if session is not None:
+                self.camera.attach(session)
         if track.kind == "audio" and self._remote_track is None:
             self._remote_track = track
             for receiver in self.pc.getReceivers():

@@ -114,9 +114,10 @@ class RealtimeEngine(Engine):
     def provider_session(self) -> RealtimeSession:
         return self._rt
 
-    def add_image(self, image: ImageContent) -> None:
+    def add_image(self, image: ImageContent, key: str | None) -> None:
         """The realtime model hears the user itself: the image goes to it now, and it
-        sees it with what the user says next (``RealtimeError`` if it cannot see)."""
+        sees it with what the user says next (``RealtimeError`` if it cannot see). The
+        ``key`` replaces nothing here: what was sent is in the model's context already."""
         self._rt.add_image(image)
 
     # ---------------------------------------------------------------- lifecycle
