@@ -157,13 +157,15 @@ async def open_page() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
     async with playwright_api.async_playwright() as pw:
         browsers: list[Any] = []
 
-        async def start(url: str, wav: Path) -> Any:
+        async def start(url: str, wav: Path, video: Path | None = None) -> Any:
+            camera = [f"--use-file-for-fake-video-capture={video}"] if video else []
             browser = await pw.chromium.launch(
                 executable_path=CHROMIUM,
                 args=[
                     "--use-fake-device-for-media-stream",
                     "--use-fake-ui-for-media-stream",
                     f"--use-file-for-fake-audio-capture={wav}%noloop",
+                    *camera,
                     "--allow-loopback-in-peer-connection",
                     "--autoplay-policy=no-user-gesture-required",
                 ],
@@ -299,6 +301,64 @@ async def test_webrtc_page_shows_the_answer_it_played(
     assert audio["played"] > 0.5 * 48000
     assert audio["energy"] > 0  # the played track carried sound, not only silence
     assert not page.errors
+
+
+def _solid_y4m(path: Path, rgb: tuple[int, int, int], width: int = 640, height: int = 480) -> Path:
+    """A Y4M video of one colour (Chromium's fake camera plays it in a loop)."""
+    r, g, b = rgb
+    y = round(0.299 * r + 0.587 * g + 0.114 * b)
+    u = round(128 - 0.168736 * r - 0.331264 * g + 0.5 * b)
+    v = round(128 + 0.5 * r - 0.418688 * g - 0.081312 * b)
+    frame = b"FRAME\n" + bytes([y]) * (width * height)
+    frame += bytes([u]) * (width * height // 4) + bytes([v]) * (width * height // 4)
+    header = f"YUV4MPEG2 W{width} H{height} F5:1 Ip A1:1 C420jpeg\n".encode()
+    path.write_bytes(header + frame * 5)
+    return path
+
+
+def _name_the_colour(ctx: rj.ChatContext) -> list[str]:
+    import av
+
+    images = ctx.messages()[-1].images
+    if not images or images[0].data is None:
+        return ["I see nothing."]
+    frame = av.CodecContext.create("mjpeg", "r").decode(av.Packet(images[0].data))[0]
+    red, green, blue = frame.to_ndarray(format="rgb24").mean(axis=(0, 1))
+    return ["I see red." if red > max(green, blue) + 60 else "I see no red."]
+
+
+async def test_the_camera_is_shared_and_the_model_sees_a_still_of_it(
+    serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
+) -> None:
+    async def entrypoint(conn: Connection) -> None:
+        from rejoinder.providers.local import EspeakTTS
+
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=ScriptedLLM(_name_the_colour),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT([QUESTION]),
+            tts=EspeakTTS(),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+        await conn.serve(session, rj.Agent(instructions="You can see."))
+
+    url, app = await serve(entrypoint)
+    if not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, question_wav, _solid_y4m(tmp_path / "red.y4m", (220, 20, 20)))
+    await page.click("#t-websocket")
+    assert await page.is_disabled("#camera")  # the camera goes over WebRTC only
+    await page.click("#t-webrtc")
+    await page.click("#camera")
+    assert await page.get_attribute("#camera", "aria-pressed") == "true"
+    seen = await _converse(page, "webrtc")
+    assert await page.is_visible("#camera-preview")
+    await _screenshot(page, tmp_path, "camera")
+    assert ["msg agent", "I see red."] in seen["bubbles"], seen["bubbles"]
+    assert not seen["errors"] and not page.errors
+    await page.click("#connect")  # disconnect: the camera stops, its preview goes
+    await page.wait_for_function("() => document.querySelector('#camera-preview').hidden")
 
 
 async def test_typed_text_is_answered_and_errors_are_shown(
