@@ -118,3 +118,50 @@ async def test_dropped_connection_mid_response(oai: OpenAIRealtimeServer, rigs: 
     await spoken(oai, rig, "resp_2", "No pears, sorry.")
     assert rig.session.agent_state == "listening"
     assert rig.messages()[-1] == ("assistant", "No pears, sorry.")
+
+
+async def test_a_toolset_that_changes_reaches_the_model_before_its_next_answer(
+    oai: OpenAIRealtimeServer, rigs: list[Rig]
+) -> None:
+    """A toolset (an MCP server, say) whose tools change while the connection stays: the
+    new list is sent when the user starts a turn, before the model answers, and only
+    when it changed."""
+    import rejoinder as rj
+
+    class Catalogue(rj.Toolset):
+        def __init__(self) -> None:
+            self.names = ["price"]
+
+        @property
+        def tools(self) -> list[rj.Tool]:
+            return [self._tool(name) for name in self.names]
+
+        @staticmethod
+        def _tool(name: str) -> rj.Tool:
+            async def look_up(item: str) -> str:
+                return f"{name} of {item}"
+
+            look_up.__name__ = name
+            look_up.__doc__ = f"The {name} of an item."
+            return rj.function_tool(look_up)
+
+    catalogue = Catalogue()
+    rig = await realtime(oai, rigs, rj.Agent(instructions="Shop.", tools=[catalogue]))
+
+    def sent_tools() -> list[list[str]]:
+        return [
+            [tool["name"] for tool in event["session"]["tools"]]
+            for event in oai.of_type("session.update")
+            if "tools" in event["session"]
+        ]
+
+    assert sent_tools() == [["price"]]
+    await user_says(oai, rig, "Hello?")
+    assert sent_tools() == [["price"]]  # unchanged: not sent again
+    catalogue.names = ["price", "stock"]
+    await user_says(oai, rig, "Any apples?")
+    assert sent_tools() == [["price"], ["price", "stock"]]
+    catalogue.names = ["stock"]
+    rig.session.generate_reply(user_input="And pears?")
+    await rig.settle()
+    assert sent_tools()[-1] == ["stock"]

@@ -95,6 +95,8 @@ class RealtimeEngine(Engine):
         )
         self._playout: RealtimePlayout | None = None
         self._record_of: RealtimeRecord | None = None
+        self._offered: Sequence[ToolDefinition] = ()
+        """The tool definitions the provider has: sent again only when they change."""
         self._handles: list[VoicedReply] = []
         """Replies the application asked for: done once the provider owes nothing more
         and nothing plays (a preamble is not the whole reply)."""
@@ -128,9 +130,10 @@ class RealtimeEngine(Engine):
         ctx = self._ctx
         # AudioInput does not declare a rate; the concrete inputs (and wrappers) carry one.
         rate = getattr(microphone, "sample_rate", None)
+        self._offered = self._definitions(agent)
         config = RealtimeConfig(
             instructions=agent.instructions,
-            tools=self._definitions(agent),
+            tools=self._offered,
             history=lambda: ctx.history,
             input_sample_rate=rate if isinstance(rate, int) and rate > 0 else None,
         )
@@ -162,7 +165,21 @@ class RealtimeEngine(Engine):
     def agent_changed(self, agent: Agent) -> None:
         """A handoff: the connection stays, the new agent's rules and tools apply."""
         self._rt.update_instructions(agent.instructions)
-        self._rt.update_tools(self._definitions(agent))
+        self._offered = self._definitions(agent)
+        self._rt.update_tools(self._offered)
+
+    def _refresh_tools(self) -> None:
+        """Send the tools again if they changed since they were sent (a toolset such as
+        an MCP server whose list changed): checked when the user starts a turn and when
+        a reply is asked for, before the model answers, as a chat model's tools are read
+        when each reply starts."""
+        activity = self._agents.current
+        if activity is None:
+            return
+        now = self._definitions(activity.agent)
+        if list(now) != list(self._offered):
+            self._offered = now
+            self._rt.update_tools(now)
 
     # ------------------------------------------------------------------ replies
 
@@ -187,6 +204,7 @@ class RealtimeEngine(Engine):
             source="generate_reply",
             user_initiated=user_input is not None,
         )
+        self._refresh_tools()
         if user_input is not None:
             self._record(ChatMessage(role="user", content=user_input))
             self._ctx.events.emit(
@@ -286,6 +304,7 @@ class RealtimeEngine(Engine):
     def _user_started(self) -> None:
         assert self._record_of is not None
         self._record_of.user_turn_began()
+        self._refresh_tools()
         if not self._user_speaking:
             self._user_speaking = True
             self._state.set_user_speaking(True)
