@@ -291,6 +291,14 @@ def test_the_request_has_the_generation_config_tools_and_tool_choice() -> None:
         _convert.to_tool_config(c)["functionCallingConfig"] for c in ("auto", "required", "none")
     ]
     assert modes == [{"mode": "AUTO"}, {"mode": "ANY"}, {"mode": "NONE"}]
+    # Each definition is converted once; a new definition (a toolset changed) anew.
+    again = llm.build_request(user_says(), [WEATHER])
+    assert (
+        again["tools"][0]["functionDeclarations"][0] is body["tools"][0]["functionDeclarations"][0]
+    )
+    renamed = ToolDefinition("get_forecast", WEATHER.description, WEATHER.parameters)
+    changed = llm.build_request(user_says(), [renamed])
+    assert changed["tools"][0]["functionDeclarations"][0]["name"] == "get_forecast"
     plain = google.LLM(api_key="k").build_request(user_says())
     assert "tools" not in plain and "toolConfig" not in plain and "generationConfig" not in plain
     with pytest.raises(ValueError, match="max_output_tokens"):

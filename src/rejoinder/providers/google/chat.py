@@ -144,6 +144,7 @@ class LLM(StreamedChat):
             raise ValueError("extra_body's generationConfig must be a mapping")
         self._generation = generation
         self._extra_body = extra
+        self._declarations = _convert.Declarations()
         self.call_memory = CallMemory()
         """The thought signature and Gemini's call id of each call this LLM streamed
         (see the module)."""
@@ -187,7 +188,7 @@ class LLM(StreamedChat):
         if system is not None:
             body["systemInstruction"] = system
         if tools:
-            body["tools"] = _convert.to_tools(tools)
+            body["tools"] = _convert.to_tools(tools, self._declarations)
             body["toolConfig"] = _convert.to_tool_config(tool_choice)
         if self._generation:
             body["generationConfig"] = dict(self._generation)
