@@ -536,6 +536,7 @@ async def test_images_go_before_the_text_as_inline_data_and_file_data(
             ImageContent.from_bytes(PNG),
             ImageContent.from_url(cat),
             ImageContent.from_url("https://example.com/picture"),
+            ImageContent.from_url("https://example.com/A.WEBP#top"),
         ],
     )
     assert text_of(await collect(make_llm().chat(ctx))) == "A cat."
@@ -544,6 +545,7 @@ async def test_images_go_before_the_text_as_inline_data_and_file_data(
         {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}},
         {"fileData": {"fileUri": cat, "mimeType": "image/jpeg"}},
         {"fileData": {"fileUri": "https://example.com/picture"}},
+        {"fileData": {"fileUri": "https://example.com/A.WEBP#top", "mimeType": "image/webp"}},
         {"text": "What is this?"},
     ]
     assert server.rejected == []

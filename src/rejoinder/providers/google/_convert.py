@@ -49,7 +49,6 @@ through:
 from __future__ import annotations
 
 import json
-import mimetypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,7 +62,6 @@ from ...models import (
     ToolChoice,
     ToolDefinition,
 )
-from ...models.image import SUPPORTED_TYPES
 from ._stream import CallMemory, CallRecord
 
 JSONObject = dict[str, Any]
@@ -230,10 +228,19 @@ def image_part(image: ImageContent) -> JSONObject:
     return {"fileData": file_data}
 
 
+_IMAGE_EXTENSIONS = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".webp": "image/webp",
+    ".gif": "image/gif",
+}
+"""The image types every provider takes (``ImageContent``'s), by a URL path's extension."""
+
+
 def _guess_type(url: str) -> str | None:
-    path = url.split("?", 1)[0].split("#", 1)[0]
-    guessed, _ = mimetypes.guess_type(path)
-    return guessed if guessed in SUPPORTED_TYPES else None
+    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+    return next((t for ext, t in _IMAGE_EXTENSIONS.items() if path.endswith(ext)), None)
 
 
 # -- tools ----------------------------------------------------------------------------------
