@@ -554,6 +554,9 @@ class STT(StreamingSTT):
             utterance.error = error
         if not utterance.done.done():
             utterance.done.set_result(None)
+        for order in utterance.turns:  # a late message of them finds no open utterance
+            if self._turn_owners.get(order) is utterance:
+                del self._turn_owners[order]
         if utterance in self._open:  # and the dropped ones before it: nothing will come
             index = self._open.index(utterance)
             self._open[: index + 1] = [u for u in self._open[:index] if not u.dropped]
