@@ -654,7 +654,7 @@ async def test_thought_signatures_and_gemini_ids_are_sent_back_on_their_parts(
         (ErrorReply(503, "The model is overloaded.", type="UNAVAILABLE"), "503"),
         (StreamReply([error_event(503, "UNAVAILABLE")]), "error event before any text"),
         (StreamReply([CutConnection()]), "cut before the headers"),
-        (StreamReply([*reply(Call("x"))[:0], CutConnection()]), "cut before any event"),
+        (StreamReply([{"usageMetadata": {"promptTokenCount": 3}}, CutConnection()]), "cut early"),
         (StreamReply(reply(finish_reason="MALFORMED_FUNCTION_CALL")), "malformed call"),
     ],
 )
