@@ -9,6 +9,7 @@ lives in ``rejoinder.console``::
     rejoinder console --script examples/demo_script.txt
     rejoinder console --llm gpt-4o-mini                # needs OPENAI_API_KEY
     rejoinder console --llm anthropic/claude-sonnet-4-5  # needs ANTHROPIC_API_KEY
+    rejoinder console --llm google/gemini-2.5-flash      # needs GEMINI_API_KEY
     rejoinder console --llm llama3.2 --base-url http://localhost:11434/v1
 
 ``rejoinder dev FILE`` and ``rejoinder serve FILE`` host an agent file's ``entrypoint``
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help=(
             "use a real model: a name for an OpenAI-compatible API (gpt-4o-mini, llama3.2), "
-            "or provider/model (anthropic/claude-sonnet-4-5, or a provider a package adds)"
+            "or provider/model (anthropic/claude-sonnet-4-5, google/gemini-2.5-flash, or a provider a package adds)"
         ),
     )
     console.add_argument(

@@ -12,7 +12,7 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.cli import build_parser, run_console
-from rejoinder.providers import anthropic, openai
+from rejoinder.providers import anthropic, google, openai
 from rejoinder.providers.registry import ENTRY_POINT_GROUP, llm_from_name, llm_providers
 from rejoinder.testing import ScriptedLLM
 from rejoinder.testing.anthropic_server import AnthropicServer, StreamReply, message
@@ -46,7 +46,9 @@ def test_a_provider_prefix_makes_that_providers_model() -> None:
         llm_from_name("anthropic/")
     with pytest.raises(ValueError, match="a model name is needed"):
         llm_from_name("  ")
-    assert {"openai", "anthropic"} <= set(llm_providers())
+    assert {"openai", "anthropic", "google"} <= set(llm_providers())
+    gemini = llm_from_name("google/gemini-2.5-flash", api_key="k")
+    assert isinstance(gemini, google.LLM) and gemini.model == "gemini-2.5-flash"
 
 
 def make_fake(model: str, *, base_url: str | None, api_key: str | None) -> rj.LLM:

@@ -42,7 +42,13 @@ def _anthropic(model: str, *, base_url: str | None, api_key: str | None) -> LLM:
     return AnthropicLLM(model=model, base_url=base_url, api_key=api_key)
 
 
-_BUILT_IN: dict[str, LLMFactory] = {"openai": _openai, "anthropic": _anthropic}
+def _google(model: str, *, base_url: str | None, api_key: str | None) -> LLM:
+    from .google import LLM as GoogleLLM
+
+    return GoogleLLM(model=model, base_url=base_url, api_key=api_key)
+
+
+_BUILT_IN: dict[str, LLMFactory] = {"openai": _openai, "anthropic": _anthropic, "google": _google}
 
 
 def llm_providers() -> dict[str, LLMFactory]:

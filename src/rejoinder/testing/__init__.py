@@ -5,6 +5,7 @@ from .anthropic_server import AnthropicServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
 from .elevenlabs_server import ElevenLabsServer
+from .gemini_server import GeminiServer
 from .gpt_live_server import GPTLiveServer
 from .memory_audio import MemoryAudioInput, MemoryAudioOutput
 from .openai_audio_server import (
@@ -42,6 +43,7 @@ __all__ = [
     "FakePhoneCall",
     "GPTLiveServer",
     "Gate",
+    "GeminiServer",
     "Heard",
     "MemoryAudioInput",
     "MemoryAudioOutput",
