@@ -412,6 +412,24 @@ async def test_a_socket_the_server_closed_when_idle_is_opened_again() -> None:
     assert (tts.connects, tts.retries) == (2, 0)  # noticed the close: nothing failed
 
 
+async def test_a_stream_waiting_for_text_outlives_its_socket() -> None:
+    async with CartesiaServer(api_key=KEY, idle_timeout=10.0) as server:
+        tts = make_tts(server)
+        stream = tts.stream()
+        reader = asyncio.ensure_future(collect_stream(stream))
+        await advance(0.1)
+        assert tts.connects == 1  # connected before the text, as the reference advises
+        await advance(11.0)  # the model thinks; the server closes the idle socket
+        assert server.open_sockets == 0
+        stream.push_text("Late answer.")
+        stream.end_input()
+        words = await asyncio.wait_for(reader, 5)
+        await stream.aclose()
+        await tts.aclose()
+    assert [w.word for w in words] == ["Late", "answer."]
+    assert (tts.connects, tts.retries) == (2, 0)
+
+
 async def test_close_releases_everything(server: CartesiaServer) -> None:
     server.chunk_delay = 1.0
     tts = make_tts(server)

@@ -419,6 +419,8 @@ class _Stream(TTSStream):
             await self._wake.wait()
         if not any(item for item in self._inputs):
             return  # the input ended with nothing to say
+        if not connection.usable:  # it ended while the model was thinking
+            connection = await self._tts._acquire()
         context_id, inbox = connection.open_context()
         self.context_id = context_id
         matcher = WordMatcher()
