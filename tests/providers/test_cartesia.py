@@ -170,6 +170,20 @@ async def test_streamed_deltas_are_sent_verbatim_in_whole_words(server: Cartesia
     assert_timed_like_the_server(words, context)
 
 
+async def test_text_without_spaces_is_sent_clause_by_clause(server: CartesiaServer) -> None:
+    tts = make_tts(server, language="zh")
+    stream = tts.stream()
+    for delta in ["你好，", "世界。再", "见"]:
+        stream.push_text(delta)
+    stream.end_input()
+    words = await collect_stream(stream)
+    await stream.aclose()
+    await tts.aclose()
+    transcripts = [m["transcript"] for m in server.connections[0].messages]
+    assert transcripts == ["你好，", "世界。", "再见", ""]
+    assert "".join(w.word for w in words) == "你好，世界。再见"
+
+
 async def test_flush_voices_the_text_before_the_input_ends(server: CartesiaServer) -> None:
     tts = make_tts(server)
     stream = tts.stream()

@@ -33,10 +33,11 @@ How a TTS uses it. All streams of one ``TTS`` share one WebSocket (the reference
 many generations over one socket, one context per turn, a new context after an
 interruption), opened by the first stream or by ``warm_up()`` and opened again when it
 closed; each stream is one context. Its text is sent as it comes, cut after the last
-whitespace so no word is split between two inputs. Word timestamps come back as Cartesia
-reads the words; they are placed on the words as written (``_wire.WordMatcher``), so an
-interrupted reply keeps exactly the words that were heard, punctuation included. Closing a
-stream before its end (an interruption) sends the cancel for its context.
+whitespace (or a CJK clause mark) so no word is split between two inputs. Word timestamps
+come back as Cartesia reads the words; they are placed on the words as written
+(``_wire.WordMatcher``), so an interrupted reply keeps exactly the words that were heard,
+punctuation included. Closing a stream before its end (an interruption) sends the cancel
+for its context.
 
 Reliability: a failed handshake (cannot connect, HTTP 429/5xx), a connection lost before
 the stream's first audio, or an error message with status 429/5xx before it are tried
@@ -88,6 +89,9 @@ SAMPLE_RATES = frozenset({8000, 16000, 22050, 24000, 44100, 48000})
 """The sample rates of the raw output format."""
 _USER_AGENT = "rejoinder/0.1"
 _FLUSH = None  # in a stream's inputs: a flush boundary, not text
+_BREAKS = " \n\t\r\u3000。！？，、；："
+"""Where a piece of streamed text may end: whitespace, and the punctuation that ends a
+clause in scripts written without spaces (else a Chinese reply would wait for its end)."""
 
 
 class TTS(models.StreamingTTS):
@@ -329,7 +333,7 @@ class _Stream(TTSStream):
         if self._input_done:
             raise RuntimeError("push_text after end_input")
         self._pending += text
-        cut = max(self._pending.rfind(c) for c in " \n\t\r")
+        cut = max(self._pending.rfind(c) for c in _BREAKS)
         if cut >= 0 and self._pending[: cut + 1].strip():
             piece, self._pending = self._pending[: cut + 1], self._pending[cut + 1 :]
             self._add(piece)
