@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "ASSEMBLYAI_API_KEY",
+    "CARTESIA_API_KEY",
+)
 
 
 def run_example(path: str, *args: str, timeout: float = 60.0) -> str:

@@ -2,6 +2,7 @@
 
 from ..io.text import MemoryTextOutput
 from .anthropic_server import AnthropicServer
+from .assemblyai_server import AssemblyAIServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
 from .elevenlabs_server import ElevenLabsServer
@@ -34,6 +35,7 @@ from .timeline import StateChange, StateTimeline
 
 __all__ = [
     "AnthropicServer",
+    "AssemblyAIServer",
     "CutConnection",
     "DeepgramServer",
     "Delay",
