@@ -280,7 +280,18 @@ async def test_aclose_mid_stream_returns_promptly(server: ElevenLabsServer) -> N
     await tts.aclose()
 
 
-async def test_a_silent_server_times_out_once_the_input_ended(server: ElevenLabsServer) -> None:
+# A loop whose clock is far from zero, as a real one is: the read deadline is a point in
+# loop time, and a clock starting at 0 made a relative delay read as one.
+@pytest.mark.parametrize(
+    "clock",
+    [
+        pytest.param(0.0, marks=pytest.mark.looptime(noop_cycles=2000, start=0)),
+        pytest.param(1e5, marks=pytest.mark.looptime(noop_cycles=2000, start=1e5)),
+    ],
+)
+async def test_a_silent_server_times_out_once_the_input_ended(
+    server: ElevenLabsServer, clock: float
+) -> None:
     server.script(Stall(after=0))
     tts = make_tts(server, timeout=5.0)
     loop = asyncio.get_running_loop()

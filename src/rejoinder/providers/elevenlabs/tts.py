@@ -384,7 +384,7 @@ class _Stream(TTSStream):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + read if self._input_done and read is not None else None
             try:
-                async with asyncio.timeout(deadline) as self._read_deadline:
+                async with asyncio.timeout_at(deadline) as self._read_deadline:
                     message = await ws.receive()
             except TimeoutError:
                 raise TTSError(f"no audio from ElevenLabs for {read}s", retryable=True) from None
