@@ -3,6 +3,7 @@
 from ..io.text import MemoryTextOutput
 from .anthropic_server import AnthropicServer
 from .assemblyai_server import AssemblyAIServer
+from .cartesia_server import CartesiaServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
 from .elevenlabs_server import ElevenLabsServer
@@ -36,6 +37,7 @@ from .timeline import StateChange, StateTimeline
 __all__ = [
     "AnthropicServer",
     "AssemblyAIServer",
+    "CartesiaServer",
     "CutConnection",
     "DeepgramServer",
     "Delay",
