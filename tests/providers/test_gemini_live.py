@@ -1,0 +1,681 @@
+"""google.Live against the loopback Gemini Live server, over a real WebSocket on 127.0.0.1:
+the setup, audio both ways, turns, transcripts, blocking tool calls, barge-in, and a
+server that refuses, stalls, sends garbage or closes with an error."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from rejoinder.models import AgentHandoff, ChatContext, FunctionCall, FunctionCallOutput
+from rejoinder.models.audio import AudioFrame
+from rejoinder.models.realtime import (
+    AgentAudio,
+    AgentAudioEnded,
+    AgentAudioStarted,
+    BackendResponseEnded,
+    BackendResponseStarted,
+    ConnectionLost,
+    ProviderError,
+    RealtimeConfig,
+    RealtimeError,
+    RealtimeEvent,
+    Reconnected,
+    ResponseUsage,
+    ToolCallRequested,
+    Transcript,
+    UserSpeechStarted,
+    UserTurnEnded,
+)
+from rejoinder.models.tools import ToolDefinition
+from rejoinder.providers.google.live import GeminiLiveSession, Live
+from rejoinder.testing import ScriptedVAD, advance, now
+from rejoinder.testing.gemini_live_server import GeminiLiveServer
+
+# Real sockets on virtual time, as in test_openai_realtime.py: the clock only jumps when
+# every task waits on a timer, and noop_cycles gives the handshake a margin.
+pytestmark = pytest.mark.looptime(noop_cycles=2000)
+
+E = TypeVar("E")
+
+WEATHER = ToolDefinition(
+    name="get_weather",
+    description="Current weather for a city.",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
+NOTE = ToolDefinition(name="take_note", description="Write a note.")
+
+
+class Recorder:
+    """Consumes a session's events in a task, so tests can wait for them by type."""
+
+    def __init__(self, session: GeminiLiveSession) -> None:
+        self.events: list[RealtimeEvent] = []
+        self.ended = False
+        self._changed = asyncio.Event()
+        self.task = asyncio.create_task(self._consume(session))
+
+    async def _consume(self, session: GeminiLiveSession) -> None:
+        async for event in session.events():
+            self.events.append(event)
+            self._changed.set()
+        self.ended = True
+        self._changed.set()
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [event for event in self.events if isinstance(event, kind)]
+
+    def kinds(self, since: int = 0) -> list[str]:
+        return [type(event).__name__ for event in self.events[since:]]
+
+    async def wait_for(self, kind: type[E], count: int = 1, within: float = 5.0) -> E:
+        await self.until(lambda: len(self.of(kind)) >= count, within)
+        return self.of(kind)[count - 1]
+
+    async def wait_ended(self, within: float = 10.0) -> None:
+        await self.until(lambda: self.ended, within)
+
+    async def until(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
+        async with asyncio.timeout(within):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+
+Connect = Callable[..., Awaitable[tuple[GeminiLiveSession, Recorder]]]
+
+
+def live_tasks() -> list[asyncio.Task[Any]]:
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if task.get_name().startswith("gemini-live") and not task.done()
+    ]
+
+
+def make_connect(
+    server: GeminiLiveServer, opened: list[tuple[GeminiLiveSession, Recorder]]
+) -> Connect:
+    async def factory(
+        config: RealtimeConfig | None = None, **options: Any
+    ) -> tuple[GeminiLiveSession, Recorder]:
+        options.setdefault("api_key", "test-key")
+        session = Live(base_url=server.base_url, **options).session()
+        recorder = Recorder(session)
+        opened.append((session, recorder))
+        await session.start(config or RealtimeConfig(instructions="Be brief.", tools=[WEATHER]))
+        return session, recorder
+
+    return factory
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[GeminiLiveServer]:
+    async with GeminiLiveServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
+    """Start a session against the server; closed (and checked for leftovers) after."""
+    opened: list[tuple[GeminiLiveSession, Recorder]] = []
+    yield make_connect(server, opened)
+    for session, recorder in opened:
+        await session.aclose()
+        await recorder.wait_ended()
+    assert live_tasks() == []
+
+
+def tone(seconds: float, rate: int, channels: int = 1) -> AudioFrame:
+    t = np.arange(round(seconds * rate)) / rate
+    mono = (np.sin(2 * np.pi * 300 * t) * 6000).astype(np.int16)
+    return AudioFrame(np.repeat(mono, channels), rate, channels)
+
+
+def output(call_id: str, text: str = "sunny", name: str = "get_weather") -> FunctionCallOutput:
+    return FunctionCallOutput(call_id=call_id, name=name, output=text)
+
+
+# -- connecting and the setup ---------------------------------------------------------------
+
+
+async def test_setup_comes_first_with_the_model_voice_tools_and_transcription(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    await connect(voice="Kore", language="en-GB", non_blocking={"take_note": "silent"})
+    connection = server.connections[0]
+    assert connection.query["key"] == "test-key"  # the key goes in the query
+    assert server.kinds() == ["setup"]
+    setup = server.setups[0]
+    assert setup["model"] == "models/gemini-2.5-flash-native-audio-preview-12-2025"
+    assert setup["generationConfig"] == {
+        "responseModalities": ["AUDIO"],
+        "speechConfig": {
+            "voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Kore"}},
+            "languageCode": "en-GB",
+        },
+    }
+    assert setup["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    (weather,) = setup["tools"][0]["functionDeclarations"]
+    assert weather["name"] == "get_weather"
+    assert weather["parameters"]["properties"] == {"city": {"type": "STRING"}}
+    assert "additionalProperties" not in weather["parameters"]  # the API refuses it
+    assert "behavior" not in weather  # blocking
+    assert setup["realtimeInputConfig"] == {"automaticActivityDetection": {"disabled": False}}
+    assert setup["inputAudioTranscription"] == {} and setup["outputAudioTranscription"] == {}
+    assert setup["sessionResumption"] == {}  # handles asked for from the start
+    assert setup["contextWindowCompression"] == {"slidingWindow": {}}
+
+
+async def test_non_blocking_functions_are_declared_so(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    await connect(
+        RealtimeConfig(instructions="x", tools=[WEATHER, NOTE]),
+        non_blocking={"take_note": "silent", "not_offered": "when_idle"},
+    )
+    weather, note = server.setups[0]["tools"][0]["functionDeclarations"]
+    assert "behavior" not in weather
+    assert note == {"name": "take_note", "description": "Write a note.", "behavior": "NON_BLOCKING"}
+
+
+async def test_history_is_seeded_after_the_setup_as_uncompleted_turns(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    history = ChatContext()
+    history.add_message(role="system", content="The caller is Ada.")
+    history.add_message(role="user", content="Weather in Paris?")
+    history.append(AgentHandoff(old_agent_id=None, new_agent_id="weather"))
+    history.append(FunctionCall(call_id="c1", name="get_weather", arguments='{"city":"Paris"}'))
+    history.append(FunctionCallOutput(call_id="c1", name="get_weather", output="sunny"))
+    history.add_message(role="assistant", content="It is sunny.")
+    await connect(RealtimeConfig(instructions="x", history=lambda: history))
+    await server.wait_for("clientContent")
+    assert server.kinds() == ["setup", "clientContent"]
+    content = server.of_kind("clientContent")[0]["clientContent"]
+    assert content["turnComplete"] is False  # context, not a question
+    turns = content["turns"]
+    assert [turn["role"] for turn in turns] == ["user", "model"]  # same roles merged
+    user_texts = [part["text"] for part in turns[0]["parts"]]
+    assert user_texts[0] == "(Context: The caller is Ada.)"
+    assert user_texts[1] == "Weather in Paris?"
+    assert "get_weather" in user_texts[2] and "sunny" in user_texts[3]
+    assert turns[1]["parts"] == [{"text": "It is sunny."}]
+
+
+async def test_microphone_audio_goes_out_as_16_khz_chunks_of_100_ms(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, _ = await connect()
+    for _ in range(25):  # 500 ms of 48 kHz stereo, 20 ms at a time
+        session.push_audio(tone(0.02, 48000, channels=2))
+    await server.wait_for("realtimeInput.audio", count=4)
+    chunks = server.of_kind("realtimeInput.audio")
+    assert {c["realtimeInput"]["audio"]["mimeType"] for c in chunks} == {"audio/pcm;rate=16000"}
+    for chunk in chunks:
+        pcm = base64.b64decode(chunk["realtimeInput"]["audio"]["data"])
+        assert len(pcm) == 3200  # 100 ms of 16 kHz mono int16
+        assert np.abs(np.frombuffer(pcm, "<i2")).max() > 1000  # the tone, not silence
+
+
+def test_a_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="GEMINI_API_KEY"):
+        Live()
+    monkeypatch.setenv("GOOGLE_API_KEY", "from-google")
+    assert Live().url.endswith("BidiGenerateContent?key=…")  # the key is never shown
+    monkeypatch.setenv("GEMINI_API_KEY", "from-gemini")
+    assert "from-gemini" in Live().session()._s.url
+    assert "from-gemini" not in repr(Live()) and "from-gemini" not in repr(Live().session())
+
+
+def test_the_host_comes_from_the_argument_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GOOGLE_GEMINI_BASE_URL", raising=False)
+    path = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+    assert Live(api_key="k").url == f"wss://generativelanguage.googleapis.com{path}?key=…"
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://localhost:9000/")
+    assert Live(api_key="k").url == f"ws://localhost:9000{path}?key=…"
+    assert Live(api_key="k", base_url="https://proxy.test").url.startswith("wss://proxy.test/ws/")
+    assert Live(api_key="k", model="models/gemini-x").model == "gemini-x"
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="vad="):
+        Live(api_key="k", activity_detection=None)
+    with pytest.raises(ValueError, match="activity_detection=None"):
+        Live(api_key="k", vad=ScriptedVAD())
+    with pytest.raises(ValueError, match="non_blocking\\['search'\\]"):
+        Live(api_key="k", non_blocking={"search": "later"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="recycle_after"):
+        Live(api_key="k", recycle_after=0)
+
+
+def test_importing_the_provider_does_not_import_aiohttp_or_numpy() -> None:
+    code = (
+        "import sys, rejoinder.providers.google.live;"
+        "sys.exit(sorted({'aiohttp', 'numpy', 'soxr'} & set(sys.modules)) or None)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+# -- the model's turns ----------------------------------------------------------------------
+
+
+async def test_a_spoken_turn_reports_its_facts_in_order(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect()
+    await server.output_transcript("Hello there.")
+    await server.audio(0.3)
+    await server.generation_complete()
+    await server.turn_complete(usage={"promptTokenCount": 40, "responseTokenCount": 12})
+    await recorder.wait_for(BackendResponseEnded)
+    assert recorder.kinds() == [
+        "BackendResponseStarted",
+        "Transcript",
+        "AgentAudioStarted",
+        "AgentAudio",
+        "AgentAudio",
+        "AgentAudio",
+        "AgentAudioEnded",
+        "BackendResponseEnded",
+    ]
+    started = recorder.of(BackendResponseStarted)[0]
+    assert recorder.of(Transcript) == [Transcript("assistant", "Hello there.")]
+    for event in recorder.of(AgentAudio):
+        assert (event.frame.sample_rate, event.frame.num_channels) == (24000, 1)
+        assert event.frame.duration == pytest.approx(0.1)
+    assert recorder.of(BackendResponseEnded) == [
+        BackendResponseEnded(
+            started.response_id,
+            "completed",
+            usage=ResponseUsage(input_tokens=40, output_tokens=12),
+        )
+    ]
+
+
+async def test_text_frames_are_read_as_well_as_binary_ones(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    server.binary_frames = False
+    _, recorder = await connect()
+    await server.answer("Hi.", seconds=0.1)
+    await recorder.wait_for(BackendResponseEnded)
+    assert recorder.of(Transcript) == [Transcript("assistant", "Hi.")]
+
+
+async def test_the_users_turn_ends_when_the_model_answers(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.input_transcript(" What's the")
+    await server.input_transcript(" weather?")
+    await server.answer("Sunny.", seconds=0.1)
+    await server.input_transcript(" In Paris.")  # late: the model already answered
+    await recorder.wait_for(Transcript, count=4)
+    assert recorder.kinds()[:4] == [
+        "UserSpeechStarted",
+        "Transcript",
+        "Transcript",
+        "UserTurnEnded",
+    ]
+    assert recorder.of(UserTurnEnded) == [UserTurnEnded("What's the weather?")]
+    assert recorder.events[4] == BackendResponseStarted("turn_1_1")
+    assert recorder.of(Transcript)[-1] == Transcript("user", " In Paris.")
+    assert len(recorder.of(UserSpeechStarted)) == 1  # a late word does not barge in
+    for _ in range(12):  # 1.2 s of audio later, words are a new turn
+        session.push_audio(AudioFrame.silence(0.1, 16000))
+    await server.input_transcript("Thanks.")
+    await recorder.wait_for(UserSpeechStarted, count=2)
+
+
+async def test_a_users_turn_with_no_answer_ends_after_silence(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect(user_turn_silence=1.0)
+    await server.input_transcript("Hmm.")
+    await recorder.wait_for(UserSpeechStarted)
+    for _ in range(9):
+        session.push_audio(AudioFrame.silence(0.1, 16000))
+    await advance(0.1)
+    assert recorder.of(UserTurnEnded) == []
+    session.push_audio(AudioFrame.silence(0.1, 16000))
+    assert await recorder.wait_for(UserTurnEnded) == UserTurnEnded("Hmm.")
+
+
+async def test_a_finished_transcription_ends_the_users_turn(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect()
+    await server.input_transcript("Thanks.", finished=True)
+    assert await recorder.wait_for(UserTurnEnded) == UserTurnEnded("Thanks.")
+
+
+async def test_interrupted_is_the_user_barging_in_and_cancels_the_turn(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect()
+    await server.audio(0.3)
+    await server.interrupted()
+    await server.turn_complete()
+    await server.input_transcript("Stop.")
+    await server.audio(0.1)  # the next turn
+    await recorder.wait_for(AgentAudioStarted, count=2)
+    assert recorder.kinds() == [
+        "BackendResponseStarted",
+        "AgentAudioStarted",
+        "AgentAudio",
+        "AgentAudio",
+        "AgentAudio",
+        "UserSpeechStarted",  # first, so the session cuts playback before the end
+        "AgentAudioEnded",
+        "BackendResponseEnded",
+        "Transcript",
+        "UserTurnEnded",
+        "BackendResponseStarted",
+        "AgentAudioStarted",
+        "AgentAudio",
+    ]
+    assert recorder.of(BackendResponseEnded)[0].status == "cancelled"
+    assert recorder.of(UserTurnEnded) == [UserTurnEnded("Stop.")]
+
+
+async def test_audio_cut_by_the_session_mutes_the_rest_of_its_turn(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.audio(0.2)
+    await recorder.wait_for(AgentAudio, count=2)
+    session.audio_interrupted(0.15)
+    await recorder.wait_for(AgentAudioEnded)
+    await server.output_transcript("and then")
+    await server.audio(0.2)  # generated before the server heard the user
+    await server.interrupted()
+    await recorder.wait_for(BackendResponseEnded)
+    assert recorder.kinds()[-2:] == ["UserSpeechStarted", "BackendResponseEnded"]
+    assert len(recorder.of(AgentAudio)) == 2
+    assert recorder.of(Transcript) == []
+
+
+async def test_requests_context_and_typed_text_are_client_content(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, _ = await connect()
+    session.add_context("The caller is on a train.")
+    session.generate_reply("Greet the caller.")
+    session.generate_reply()
+    session.send_user_text("Hello?")
+    await server.wait_for("clientContent", count=4)
+    assert server.client_texts() == [
+        ("user", "The caller is on a train.", False),
+        ("user", "Greet the caller.", True),
+        ("user", "Hello?", True),
+    ]
+    plain = server.of_kind("clientContent")[2]["clientContent"]
+    assert plain == {"turnComplete": True}  # answer what is there
+
+
+async def test_a_request_answered_with_nothing_is_an_empty_turn(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.turn_complete()  # unasked: nothing to report
+    session.generate_reply()
+    await server.wait_for("clientContent")
+    await server.turn_complete()
+    started = await recorder.wait_for(BackendResponseStarted)
+    assert recorder.events == [
+        started,
+        BackendResponseEnded(started.response_id, "completed"),
+    ]
+
+
+# -- blocking tool calls --------------------------------------------------------------------
+
+
+async def test_blocking_calls_answer_together_and_the_model_continues_in_a_new_turn(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.output_transcript("Let me check.")
+    await server.audio(0.2)
+    await server.tool_call(("c1", "get_weather", {"city": "Paris"}), ("c2", "get_weather", {}))
+    await recorder.wait_for(ToolCallRequested, count=2)
+    calls = [event.call for event in recorder.of(ToolCallRequested)]
+    assert [(c.call_id, c.name, c.arguments) for c in calls] == [
+        ("c1", "get_weather", '{"city": "Paris"}'),
+        ("c2", "get_weather", "{}"),
+    ]
+    assert recorder.events[-1] == AgentAudioEnded()  # the model waits: its audio ends
+    assert session.submit_tool_output(output("c1"), reply_required=False) == "continue"
+    await advance(0.5)
+    assert server.of_kind("toolResponse") == []  # one message for the whole batch
+    assert recorder.of(BackendResponseEnded) == []  # its turn waits for c2
+    error = FunctionCallOutput(call_id="c2", name="get_weather", output="no city", is_error=True)
+    assert session.submit_tool_output(error, reply_required=True) == "continue"
+    message = await server.wait_for("toolResponse")
+    assert message["toolResponse"]["functionResponses"] == [
+        {"id": "c1", "name": "get_weather", "response": {"output": "sunny"}},
+        {"id": "c2", "name": "get_weather", "response": {"error": "no city"}},
+    ]
+    assert await recorder.wait_for(BackendResponseEnded) == BackendResponseEnded(
+        "turn_1_1", "completed"
+    )
+    await server.answer("Sunny in Paris.")
+    assert await recorder.wait_for(BackendResponseStarted, count=2) == BackendResponseStarted(
+        "turn_1_2"
+    )
+    # A second result for a call is not sent again; nor is one for a call never made.
+    assert session.submit_tool_output(output("c1"), reply_required=True) == "silent"
+    await server.tool_call(("c1", "get_weather", {}))  # repeated: reported once
+    await advance(0.5)
+    assert len(recorder.of(ToolCallRequested)) == 2
+
+
+async def test_a_withdrawn_call_gets_no_result_and_its_turn_owes_nothing(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.tool_call(("c1", "get_weather", {"city": "Oslo"}))
+    await recorder.wait_for(ToolCallRequested)
+    await server.tool_call_cancellation("c1", "unknown")
+    assert await recorder.wait_for(BackendResponseEnded) == BackendResponseEnded(
+        "turn_1_1", "cancelled"
+    )
+    assert session.submit_tool_output(output("c1"), reply_required=True) == "silent"
+    await advance(0.5)
+    assert server.of_kind("toolResponse") == [] and server.of_kind("clientContent") == []
+
+
+async def test_a_result_for_a_call_of_a_cut_turn_goes_in_as_a_note(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.tool_call(("c1", "get_weather", {"city": "Oslo"}))
+    await recorder.wait_for(ToolCallRequested)
+    await server.interrupted()  # the user spoke; the server did not withdraw the call
+    await recorder.wait_for(BackendResponseEnded)
+    assert session.submit_tool_output(output("c1"), reply_required=False) == "silent"
+    await server.wait_for("clientContent")
+    assert server.client_texts() == [("user", "(The tool get_weather returned: sunny)", False)]
+    assert server.of_kind("toolResponse") == []
+
+
+# -- a server that misbehaves ---------------------------------------------------------------
+
+
+async def test_garbage_is_reported_and_the_session_goes_on(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect()
+    await server.send_raw("this is not JSON")
+    await server.send_binary(b"\xff\xfe")
+    await server.send_raw("[1, 2, 3]")
+    await server.send_raw('{"serverContent": ' + "[" * 10_000 + "]" * 10_000 + "}")
+    await server.send({"serverContent": {"modelTurn": {"parts": "not a list"}}})
+    await server.send({"toolCall": {"functionCalls": [{"name": "get_weather"}]}})
+    bad_audio = {"inlineData": {"mimeType": "audio/pcm;rate=24000", "data": "%%%"}}
+    await server.send({"serverContent": {"modelTurn": {"parts": [bad_audio]}}})
+    await server.send({"somethingNew": {"x": 1}})
+    await server.answer("Still here.", seconds=0.1)
+    await recorder.wait_for(BackendResponseEnded)
+    errors = recorder.of(ProviderError)
+    assert len(errors) == 7
+    assert not any(error.error.fatal for error in errors)
+    texts = [str(error.error) for error in errors]
+    assert "not JSON" in texts[0] and "not JSON" in texts[1] and "not a JSON object" in texts[2]
+    assert "nested too deeply" in texts[3] and all(len(t) < 400 for t in texts)
+    assert "parts" in texts[4] and "without an id" in texts[5] and "base64" in texts[6]
+    assert recorder.of(Transcript) == [Transcript("assistant", "Still here.")]
+    assert len(server.connections) == 1
+
+
+async def test_a_wrong_key_fails_start_at_once() -> None:
+    async with GeminiLiveServer(api_key="right") as server:
+        session = Live(api_key="wrong", base_url=server.base_url).session()
+        with pytest.raises(RealtimeError, match="API key not valid") as caught:
+            await session.start(RealtimeConfig("x"))
+        assert caught.value.fatal and caught.value.code == "ws_1008"
+        assert len(server.connections) == 1  # not retried
+        assert session.connect_retries == 0
+
+
+async def test_http_refusals_are_retried_before_anything_was_said(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    server.refuse(503, times=2)
+    session, _ = await connect(retry_backoff=0.1)
+    assert session.connect_retries == 2 and server.refused == 2
+    assert len(server.connections) == 1
+
+
+async def test_an_internal_error_during_setup_is_retried_an_invalid_setup_is_not(
+    server: GeminiLiveServer,
+) -> None:
+    server.setup_error = (1011, "Internal error encountered.")
+    session = Live(
+        api_key="k", base_url=server.base_url, max_retries=2, retry_backoff=0.1
+    ).session()
+    with pytest.raises(RealtimeError, match="Internal error") as caught:
+        await session.start(RealtimeConfig("x"))
+    assert not caught.value.fatal and len(server.connections) == 3
+    server.setup_error = (1007, "Request contains an invalid argument.")
+    session = Live(api_key="k", base_url=server.base_url).session()
+    with pytest.raises(RealtimeError, match="invalid argument") as caught:
+        await session.start(RealtimeConfig("x"))
+    assert caught.value.fatal and len(server.connections) == 4
+
+
+async def test_a_stalled_setup_is_bounded_by_connect_timeout(server: GeminiLiveServer) -> None:
+    server.answer_setup = False
+    session = Live(api_key="k", base_url=server.base_url, connect_timeout=3.0).session()
+    started = now()
+    with pytest.raises(RealtimeError, match=r"within 3\.0s") as caught:
+        await session.start(RealtimeConfig("x"))
+    assert not caught.value.fatal
+    assert 3.0 <= now() - started < 4.0
+    assert "key=k" not in str(caught.value)  # never the key
+
+
+async def test_nothing_listening_is_a_transient_start_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = Live(api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=0)
+    with pytest.raises(RealtimeError, match="cannot connect") as caught:
+        await model.session().start(RealtimeConfig("x"))
+    assert not caught.value.fatal and "key=…" in str(caught.value)
+
+
+async def test_a_fatal_close_ends_the_session(server: GeminiLiveServer, connect: Connect) -> None:
+    _, recorder = await connect()
+    await server.audio(0.1)
+    await server.close(1011, "You exceeded your current quota.")
+    await recorder.wait_ended()
+    assert recorder.kinds() == [
+        "BackendResponseStarted",
+        "AgentAudioStarted",
+        "AgentAudio",
+        "AgentAudioEnded",  # what was said still happened
+        "ProviderError",
+        "ConnectionLost",
+    ]
+    error = recorder.of(ProviderError)[0].error
+    assert error.fatal and "quota" in str(error)
+    assert recorder.of(ConnectionLost) == [ConnectionLost(str(error), reconnecting=False)]
+    await advance(5.0)
+    assert len(server.connections) == 1
+
+
+async def test_an_error_close_mid_turn_is_a_lost_connection_that_resumes(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.input_transcript("Weather?")
+    await server.audio(0.1)
+    await server.close(1011, "Internal error encountered.")
+    lost = await recorder.wait_for(ConnectionLost)
+    assert lost.reconnecting and "1011" in lost.reason
+    await recorder.wait_for(Reconnected)
+    assert session.reconnects == 1 and session.recycles == 0
+    second = server.connections[1]
+    assert second.resumed_from == server.handles[0]  # the conversation is the server's
+    assert server.kinds(2) == ["setup"]  # so nothing is replayed
+    assert recorder.kinds()[:6] == [
+        "UserSpeechStarted",
+        "Transcript",
+        "UserTurnEnded",
+        "BackendResponseStarted",
+        "AgentAudioStarted",
+        "AgentAudio",
+    ]
+    assert recorder.kinds()[6:] == ["AgentAudioEnded", "ConnectionLost", "Reconnected"]
+    await server.answer("Sunny.", seconds=0.1)  # the new connection works
+    assert (await recorder.wait_for(BackendResponseStarted, count=2)).response_id == "turn_2_1"
+
+
+async def test_aclose_is_bounded_idempotent_and_leaves_nothing(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, recorder = await connect()
+    await server.audio(0.2)
+    started = now()
+    await session.aclose()
+    await session.aclose()
+    assert now() - started < 3.0
+    await recorder.wait_ended()
+    assert recorder.of(ConnectionLost) == []
+    assert live_tasks() == []
+    await server.wait_closed(1)
+    session.push_audio(tone(0.2, 16000))  # ignored, not an error
+    assert session.submit_tool_output(output("c9"), reply_required=True) == "silent"
+
+
+async def test_aclose_while_connecting_fails_start(server: GeminiLiveServer) -> None:
+    server.answer_setup = False
+    session = Live(api_key="k", base_url=server.base_url).session()
+    start = asyncio.create_task(session.start(RealtimeConfig("x")))
+    await server.wait_connected()
+    await session.aclose()
+    with pytest.raises((RealtimeError, asyncio.CancelledError)):
+        await start
+    assert live_tasks() == []
