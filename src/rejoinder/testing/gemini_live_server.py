@@ -50,6 +50,7 @@ PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateCo
 OUTPUT_RATE = 24000
 INPUT_MIME = "audio/pcm;rate=16000"
 FRAME_SECONDS = 0.1
+INVALID_ARGUMENT = b"Request contains an invalid argument."
 
 
 def speech_pcm(seconds: float, rate: int = OUTPUT_RATE, frequency: float = 440.0) -> bytes:
@@ -84,6 +85,7 @@ class LiveConnection:
     received: list[JSONObject] = field(default_factory=list)
     closed: bool = False
     close_code: int | None = None
+    """The code the server closed it with (``None``: the client closed it, or it was cut)."""
     _ws: web.WebSocketResponse | None = field(default=None, repr=False)
     _request: web.Request | None = field(default=None, repr=False)
     _timers: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
@@ -251,7 +253,7 @@ class GeminiLiveServer(LoopbackServer):
     async def close(self, code: int = 1011, reason: str = "Internal error encountered.") -> None:
         """End the newest connection the way the service reports an error."""
         connection = self._current()
-        await self._ws().close(code=code, message=reason.encode())
+        await self._close_with(connection, code, reason.encode())
         await self._wait(lambda: connection.closed, 5.0)
 
     # -- scripting: the model -------------------------------------------------------------
@@ -328,6 +330,14 @@ class GeminiLiveServer(LoopbackServer):
         await self._send_to(target, {"sessionResumptionUpdate": update})
         return handle
 
+    async def setup_complete(self) -> None:
+        """Complete the newest connection's setup by hand (with ``answer_setup = False``)."""
+        connection = self._current()
+        await self._send_to(connection, {"setupComplete": {}})
+        self._limit(connection)
+        if self.resumption_updates and connection.setup.get("sessionResumption") is not None:
+            await self.resumption_update(connection)
+
     async def go_away(self, time_left: float, *, close_after: bool = False) -> None:
         """``goAway``; ``close_after``: the connection then ends after ``time_left``."""
         connection = self._current()
@@ -347,6 +357,11 @@ class GeminiLiveServer(LoopbackServer):
         ws = self._current()._ws
         assert ws is not None
         return ws
+
+    async def _close_with(self, connection: LiveConnection, code: int, reason: bytes) -> None:
+        connection.close_code = code
+        assert connection._ws is not None
+        await connection._ws.close(code=code, message=reason)
 
     def _abort(self, connection: LiveConnection) -> None:
         request = connection._request
@@ -373,7 +388,7 @@ class GeminiLiveServer(LoopbackServer):
         async def close() -> None:
             assert connection._ws is not None
             # Shielded: the handler's own ending must not cut the closing handshake.
-            closing = connection._ws.close(code=1000, message=b"The connection reached its limit.")
+            closing = self._close_with(connection, 1000, b"The connection reached its limit.")
             await asyncio.shield(closing)
 
         self._later(connection, delay, close)
@@ -409,7 +424,7 @@ class GeminiLiveServer(LoopbackServer):
         try:
             if self.api_key is not None and request.query.get("key") != self.api_key:
                 reason = "API key not valid. Please pass a valid API key."
-                await ws.close(code=1008, message=reason.encode())
+                await self._close_with(connection, 1008, reason.encode())
                 return ws
             async for frame in ws:
                 if frame.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -419,7 +434,9 @@ class GeminiLiveServer(LoopbackServer):
                 except ValueError:
                     message = None
                 if not isinstance(message, dict):
-                    await ws.close(code=1007, message=b"Request contains an invalid argument.")
+                    await self._close_with(
+                        connection, 1007, b"Request contains an invalid argument."
+                    )
                     break
                 connection.received.append(message)
                 self.received.append(message)
@@ -427,7 +444,6 @@ class GeminiLiveServer(LoopbackServer):
                 await self._notify()
         finally:
             connection.closed = True
-            connection.close_code = ws.close_code
             self._cancel_timers(connection)
             await self._notify()
         return ws
@@ -438,15 +454,17 @@ class GeminiLiveServer(LoopbackServer):
         kind = message_kind(message)
         if not connection.setup:
             if kind != "setup":  # the API wants setup first, and only once
-                await ws.close(code=1007, message=b"The first message must be a setup.")
+                await self._close_with(connection, 1007, b"The first message must be a setup.")
                 return
             await self._setup(connection, ws, message["setup"])
         elif kind == "setup":
-            await ws.close(code=1007, message=b"Only one setup is allowed per connection.")
+            await self._close_with(connection, 1007, b"Only one setup is allowed per connection.")
         elif kind == "realtimeInput.audio":
             mime = message["realtimeInput"]["audio"].get("mimeType")
             if mime != INPUT_MIME:
-                await ws.close(code=1007, message=f"Unsupported audio type {mime!r}.".encode())
+                await self._close_with(
+                    connection, 1007, f"Unsupported audio type {mime!r}.".encode()
+                )
         elif kind == "clientContent":
             content = message["clientContent"]
             if self.resumption_updates and not content.get("turnComplete"):
@@ -456,19 +474,19 @@ class GeminiLiveServer(LoopbackServer):
         self, connection: LiveConnection, ws: web.WebSocketResponse, setup: object
     ) -> None:
         if not isinstance(setup, dict) or not str(setup.get("model", "")).startswith("models/"):
-            await ws.close(code=1007, message=b"Request contains an invalid argument.")
+            await self._close_with(connection, 1007, INVALID_ARGUMENT)
             return
         connection.setup = setup
         resumption = setup.get("sessionResumption")
         handle = resumption.get("handle") if isinstance(resumption, dict) else None
         if handle:
             if handle not in self.handles:
-                await ws.close(code=1007, message=b"Invalid session resumption handle.")
+                await self._close_with(connection, 1007, b"Invalid session resumption handle.")
                 return
             connection.resumed_from = handle
         if self.setup_error is not None:
             code, reason = self.setup_error
-            await ws.close(code=code, message=reason.encode())
+            await self._close_with(connection, code, reason.encode())
             return
         if not self.answer_setup:
             return
