@@ -452,24 +452,30 @@ async def test_a_request_answered_with_nothing_is_an_empty_turn(
 # -- blocking tool calls --------------------------------------------------------------------
 
 
-async def test_blocking_calls_answer_together_and_the_model_continues_in_a_new_turn(
+async def test_blocking_calls_end_their_turn_and_answer_together(
     server: GeminiLiveServer, connect: Connect
 ) -> None:
     session, recorder = await connect()
     await server.output_transcript("Let me check.")
     await server.audio(0.2)
     await server.tool_call(("c1", "get_weather", {"city": "Paris"}), ("c2", "get_weather", {}))
-    await recorder.wait_for(ToolCallRequested, count=2)
+    await recorder.wait_for(BackendResponseEnded)
     calls = [event.call for event in recorder.of(ToolCallRequested)]
     assert [(c.call_id, c.name, c.arguments) for c in calls] == [
         ("c1", "get_weather", '{"city": "Paris"}'),
         ("c2", "get_weather", "{}"),
     ]
-    assert recorder.events[-1] == AgentAudioEnded()  # the model waits: its audio ends
+    # The model waits for the results: its turn is over once the calls are owed.
+    assert recorder.kinds()[-4:] == [
+        "ToolCallRequested",
+        "ToolCallRequested",
+        "AgentAudioEnded",
+        "BackendResponseEnded",
+    ]
+    assert recorder.of(BackendResponseEnded) == [BackendResponseEnded("turn_1_1", "completed")]
     assert session.submit_tool_output(output("c1"), reply_required=False) == "continue"
     await advance(0.5)
     assert server.of_kind("toolResponse") == []  # one message for the whole batch
-    assert recorder.of(BackendResponseEnded) == []  # its turn waits for c2
     error = FunctionCallOutput(call_id="c2", name="get_weather", output="no city", is_error=True)
     assert session.submit_tool_output(error, reply_required=True) == "continue"
     message = await server.wait_for("toolResponse")
@@ -477,46 +483,58 @@ async def test_blocking_calls_answer_together_and_the_model_continues_in_a_new_t
         {"id": "c1", "name": "get_weather", "response": {"output": "sunny"}},
         {"id": "c2", "name": "get_weather", "response": {"error": "no city"}},
     ]
-    assert await recorder.wait_for(BackendResponseEnded) == BackendResponseEnded(
-        "turn_1_1", "completed"
-    )
     await server.answer("Sunny in Paris.")
     assert await recorder.wait_for(BackendResponseStarted, count=2) == BackendResponseStarted(
         "turn_1_2"
     )
-    # A second result for a call is not sent again; nor is one for a call never made.
+    # A second result for a call is not sent again; a repeated call is reported once.
     assert session.submit_tool_output(output("c1"), reply_required=True) == "silent"
-    await server.tool_call(("c1", "get_weather", {}))  # repeated: reported once
+    await server.tool_call(("c1", "get_weather", {}))
     await advance(0.5)
     assert len(recorder.of(ToolCallRequested)) == 2
+    assert len(server.of_kind("toolResponse")) == 1
 
 
-async def test_a_withdrawn_call_gets_no_result_and_its_turn_owes_nothing(
+async def test_a_continuation_answered_with_nothing_is_an_empty_turn(
     server: GeminiLiveServer, connect: Connect
 ) -> None:
     session, recorder = await connect()
     await server.tool_call(("c1", "get_weather", {"city": "Oslo"}))
-    await recorder.wait_for(ToolCallRequested)
-    await server.tool_call_cancellation("c1", "unknown")
-    assert await recorder.wait_for(BackendResponseEnded) == BackendResponseEnded(
-        "turn_1_1", "cancelled"
-    )
-    assert session.submit_tool_output(output("c1"), reply_required=True) == "silent"
-    await advance(0.5)
-    assert server.of_kind("toolResponse") == [] and server.of_kind("clientContent") == []
-
-
-async def test_a_result_for_a_call_of_a_cut_turn_goes_in_as_a_note(
-    server: GeminiLiveServer, connect: Connect
-) -> None:
-    session, recorder = await connect()
-    await server.tool_call(("c1", "get_weather", {"city": "Oslo"}))
-    await recorder.wait_for(ToolCallRequested)
-    await server.interrupted()  # the user spoke; the server did not withdraw the call
     await recorder.wait_for(BackendResponseEnded)
-    assert session.submit_tool_output(output("c1"), reply_required=False) == "silent"
-    await server.wait_for("clientContent")
-    assert server.client_texts() == [("user", "(The tool get_weather returned: sunny)", False)]
+    await server.turn_complete()  # some models end the call's turn too: nothing to report
+    await advance(0.2)
+    assert len(recorder.of(BackendResponseEnded)) == 1
+    session.submit_tool_output(output("c1"), reply_required=True)
+    await server.wait_for("toolResponse")
+    await server.turn_complete()  # the model said nothing after the result
+    await recorder.wait_for(BackendResponseEnded, count=2)
+    assert recorder.kinds()[-2:] == ["BackendResponseStarted", "BackendResponseEnded"]
+
+
+async def test_a_withdrawn_call_gets_no_result(server: GeminiLiveServer, connect: Connect) -> None:
+    session, recorder = await connect()
+    await server.tool_call(("c1", "get_weather", {"city": "Oslo"}), ("c2", "get_weather", {}))
+    await recorder.wait_for(ToolCallRequested, count=2)
+    await server.tool_call_cancellation("c1", "unknown")
+    await advance(0.2)
+    assert session.submit_tool_output(output("c1"), reply_required=True) == "silent"
+    assert session.submit_tool_output(output("c2"), reply_required=True) == "continue"
+    message = await server.wait_for("toolResponse")
+    assert [entry["id"] for entry in message["toolResponse"]["functionResponses"]] == ["c2"]
+    assert server.of_kind("clientContent") == []
+
+
+async def test_a_result_for_a_call_of_another_connection_goes_in_as_a_note(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    session, _ = await connect()
+    assert session.submit_tool_output(output("c_old"), reply_required=False) == "silent"
+    assert session.submit_tool_output(output("c_old2", "rain"), reply_required=True) == "continue"
+    await server.wait_for("clientContent", count=2)
+    assert server.client_texts() == [
+        ("user", "(The tool get_weather returned: sunny)", False),
+        ("user", "(The tool get_weather returned: rain)", True),
+    ]
     assert server.of_kind("toolResponse") == []
 
 

@@ -12,11 +12,12 @@ How the Live API's messages become our facts (``models.realtime``):
   its transcription, a tool call) and is reported as ``BackendResponseStarted``; it ends
   with ``turnComplete`` (``completed``) or ``interrupted`` (``cancelled``). Its audio is
   one stretch (``AgentAudioStarted`` ... ``AgentAudioEnded``), closed at
-  ``generationComplete`` (all of it was sent) or at a blocking tool call (the model
-  waits for the result).
-- A *blocking* call keeps its turn running until every blocking call of the turn has its
-  result (the results of one ``toolCall`` go back in one ``toolResponse``); the model then
-  continues in a new turn, which takes over the session's ``provider_continuation``. A
+  ``generationComplete`` (all of it was sent).
+- A *blocking* call ends its turn (``completed``: the model waits for the result, and the
+  call is the session's open ``tool`` obligation, owed by the agent whose tool runs: an
+  ``AgentTask`` it awaits is not held up by a response of the session's). The results of
+  one ``toolCall`` go back together in one ``toolResponse``; the model then continues in
+  a new turn, which takes over the session's ``provider_continuation``. A
   ``turnComplete`` that arrives when a continuation or a requested reply is expected and
   no turn runs is reported as an empty turn, so nothing waits for speech that will not
   come.
@@ -30,9 +31,11 @@ How the Live API's messages become our facts (``models.realtime``):
   marked away while it runs, but the agent is not ``thinking`` for it).
 - The user: the server's VAD sends no "speech started". A user turn opens with the first
   input transcription while the model is silent, or with ``interrupted`` (the server heard
-  the user over the model); with our own turn detection it opens and ends with our VAD.
-  It ends when the model starts answering, or after ``user_turn_silence`` seconds of
-  pushed audio with no new words. Words transcribed while the model answers, or within
+  the user over the model); with our own turn detection it opens when our VAD hears
+  speech. It ends when the model starts answering, or after ``user_turn_silence``
+  seconds of pushed audio with no new words (with our VAD, counted once it heard the
+  speech end: the words are transcribed after the audio, and the user's message is
+  recorded when the turn ends). Words transcribed while the model answers, or within
   ``user_turn_silence`` of audio after it began, are reported as (interim) ``Transcript``
   facts only: the transcription lags and is not ordered with the model's turn, so they
   are most likely the end of the turn being answered (whose message was recorded when
@@ -41,8 +44,9 @@ How the Live API's messages become our facts (``models.realtime``):
   did not, is that result pre-empting the model: the turn ends ``cancelled`` and no user
   speech is reported.
 - ``toolCallCancellation``: the server withdrew calls (the user interrupted the turn that
-  made them). Their results are not sent; a turn whose blocking calls were all withdrawn
-  ends ``cancelled``, so the session owes nothing for them.
+  made them). Their results are not sent (their output's fate is ``silent``), and the
+  results of the rest of their ``toolCall`` go back without them. The session's tool
+  keeps running until it returns: there is no fact that cancels a running tool.
 """
 
 from __future__ import annotations
@@ -118,10 +122,6 @@ class _Turn:
     """A stretch of its audio is open."""
     muted: bool = False
     """Its playback was cut by the client: what still comes for it is dropped."""
-    blocking: list[str] = field(default_factory=list)
-    """Blocking calls of this turn still waiting for their result."""
-    answered: bool = False
-    """A blocking call of this turn got its result: the model continues after it."""
     usage: ResponseUsage | None = None
 
 
@@ -131,7 +131,7 @@ class _Call:
     turn: str
     mode: NonBlocking | None
     """``None``: blocking."""
-    state: Literal["open", "answered", "cancelled", "abandoned"] = "open"
+    state: Literal["open", "answered", "cancelled"] = "open"
 
 
 @dataclass(slots=True, eq=False)
@@ -355,9 +355,6 @@ class LiveProtocol:
                 # for it (a continuation, a requested reply) ends now.
                 self._end_turn(self._start_turn(), "completed")
             return
-        if turn.blocking:
-            self._close_audio(turn)  # the rest comes after the results, in a new turn
-            return
         self._end_turn(turn, "cancelled" if turn.muted else "completed")
 
     # -- tool calls -----------------------------------------------------------------------
@@ -389,14 +386,15 @@ class LiveProtocol:
         for function_call in new:
             self._report_call(turn, function_call, batch)
         if batch:
+            # The model waits for the results: its turn is over (the calls are owed),
+            # and it goes on in a new one.
             self._batches.append(_Batch(batch))
-            self._close_audio(turn)  # the model waits for the results
+            self._end_turn(turn, "cancelled" if turn.muted else "completed")
 
     def _report_call(self, turn: _Turn, call: FunctionCall, batch: list[str]) -> None:
         mode = self._non_blocking.get(call.name)
         if mode is None:
             self._calls[call.call_id] = _Call(call.name, turn.id, None)
-            turn.blocking.append(call.call_id)
             batch.append(call.call_id)
             self._emit(ToolCallRequested(call))
         elif mode == "silent":
@@ -415,20 +413,20 @@ class LiveProtocol:
     def _cancellation(self, message: JSONObject) -> None:
         for call_id in as_list(message.get("ids")):
             call = self._calls.get(call_id) if isinstance(call_id, str) else None
-            if call is None or call.state not in ("open", "abandoned"):
+            if call is None or call.state != "open":
                 continue
             logger.info("Gemini Live: the server withdrew the call %s (%s)", call_id, call.name)
-            was_open, call.state = call.state == "open", "cancelled"
-            if was_open and call.mode is None:
+            call.state = "cancelled"
+            if call.mode is None:
                 self._settle(call_id)
 
     def submit_tool_output(
         self, output: FunctionCallOutput, reply_required: bool
     ) -> ToolOutputFate:
         call = self._calls.get(output.call_id)
-        if call is None or call.state == "abandoned":
-            # Not a call of this connection, or its turn was cut short: the server waits
-            # for no result, so it goes in as a note (and, if wanted, a reply to it).
+        if call is None:
+            # Not a call of this connection: the server waits for no result, so it goes
+            # in as a note (and, if wanted, a reply to it).
             note = tool_output_note(output.name, output.output, is_error=output.is_error)
             self._send(client_content([text_turn("user", note)], turn_complete=reply_required))
             if reply_required:
@@ -469,28 +467,19 @@ class LiveProtocol:
 
     def _settle(self, call_id: str, response: JSONObject | None = None) -> None:
         """A blocking call got its result (``response``) or was withdrawn (``None``):
-        send its batch once whole, and end its turn once none of its calls waits."""
+        once its whole batch is settled, its results go back together, and the model
+        continues from them."""
         for batch in self._batches:
-            if call_id in batch.calls:
-                if response is not None:
-                    batch.responses.append(response)
-                if all(self._calls[c].state != "open" for c in batch.calls):
-                    self._batches.remove(batch)
-                    if batch.responses:
-                        self._send(tool_response(batch.responses))
-                break
-        turn = self._turn
-        if turn is None or call_id not in turn.blocking:
+            if call_id not in batch.calls:
+                continue
+            if response is not None:
+                batch.responses.append(response)
+            if all(self._calls[c].state != "open" for c in batch.calls):
+                self._batches.remove(batch)
+                if batch.responses:
+                    self._send(tool_response(batch.responses))
+                    self._expect()
             return
-        turn.blocking.remove(call_id)
-        turn.answered |= response is not None
-        if turn.blocking:
-            return
-        if turn.answered:
-            self._end_turn(turn, "completed")
-            self._expect()  # the model continues from the results
-        else:
-            self._end_turn(turn, "cancelled")  # every call was withdrawn
 
     # -- the session's other commands -----------------------------------------------------
 
@@ -520,8 +509,12 @@ class LiveProtocol:
             self._open_user("vad")
 
     def activity_ended(self) -> None:
-        """Our VAD heard the user stop (the session sent ``activityEnd``)."""
-        self._end_user()
+        """Our VAD heard the user stop (the session sent ``activityEnd``). The turn's
+        words are transcribed after its audio, so it ends as a turn of the server's VAD
+        does: when the model answers, or after ``user_turn_silence`` with no new words."""
+        if self._user is not None and self._user.source == "vad":
+            self._user.source = "server"
+            self._user.quiet_samples = 0
 
     def audio_pushed(self, samples: int) -> None:
         """``samples`` of 16 kHz input went out: a user turn of the server's VAD ends
@@ -574,11 +567,6 @@ class LiveProtocol:
         self._close_audio(turn)
         if self._turn is turn:
             self._turn = None
-        for call_id in turn.blocking:
-            # Cut short while its calls ran: the server waits for no result any more.
-            self._calls[call_id].state = "abandoned"
-        self._batches = [b for b in self._batches if not any(c in turn.blocking for c in b.calls)]
-        turn.blocking.clear()
         self.handle_fresh = False
         self._emit(BackendResponseEnded(turn.id, status, usage=turn.usage))
 
