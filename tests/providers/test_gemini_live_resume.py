@@ -254,3 +254,14 @@ async def test_a_switch_that_cannot_connect_is_reported_as_lost(
     assert [event.reconnecting for event in lost] == [True, False]
     assert recorder.of(ProviderError)[-1].error.fatal
     assert "503" in str(recorder.of(ProviderError)[-1].error)
+
+
+async def test_quick_agent_changes_are_no_storm(server: GeminiLiveServer, connect: Connect) -> None:
+    session, recorder = await connect(max_reconnect_attempts=2)
+    started = now()
+    for change in range(1, 6):  # five agents in a row, each set up within a second
+        session.update_instructions(f"Rules number {change}.")
+        await recorder.wait_for(Reconnected, count=change)
+    assert now() - started < 2.0  # no backoff: our own reason says nothing of the service
+    assert session.recycles == 5 and recorder.of(ProviderError) == []
+    assert server.setups[-1]["systemInstruction"] == {"parts": [{"text": "Rules number 5."}]}

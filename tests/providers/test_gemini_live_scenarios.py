@@ -18,6 +18,7 @@ from rejoinder.providers.google.live import Live
 from rejoinder.testing import ScriptedVAD, now, speech_frame
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
+from .._samples import run_example
 from ..scenarios.realtime_rig import Rig, Weather, start_rig
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -397,3 +398,12 @@ async def test_our_vad_sends_activity_and_reports_the_users_turns(
     assert rig.timeline.user_states(since=t0) == ["listening", "speaking", "listening"]
     assert rig.timeline.agent_states(since=t0) == ["listening", "thinking", "speaking", "listening"]
     assert rig.messages() == [("user", "Hello there."), ("assistant", "Hi! How can I help?")]
+
+
+def test_the_example_runs_offline() -> None:
+    """examples/gemini_live_agent.py, without a key, plays its conversation against the
+    loopback server: the search result is sent WHEN_IDLE and owed until it is spoken."""
+    out = run_example("gemini_live_agent.py")
+    assert "search result sent WHEN_IDLE: two flights to Rome" in out
+    assert "agent: initializing → listening → thinking → speaking → thinking → speaking" in out
+    assert out.rstrip().endswith("assistant: I found two: 08:10 for 120 euros, 17:45 for 95.")

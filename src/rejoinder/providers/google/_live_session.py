@@ -147,8 +147,9 @@ class GeminiLiveSession(RealtimeSession):
         self._mic = MicInput()
         self._activity = ClientActivity(settings.vad) if settings.vad is not None else None
         self._handle: str | None = None
-        self._switch: tuple[str, bool] | None = None
-        """Set when we close the connection on purpose: (why, forced)."""
+        self._switch: tuple[str, bool, bool] | None = None
+        """Set when we close the connection on purpose: (why, forced, our own reason:
+        the agent changed or the connection aged, not the service going away)."""
         self._wake = asyncio.Event()
         self._close_signal = asyncio.Event()
         self._close_requested = False
@@ -405,12 +406,13 @@ class GeminiLiveSession(RealtimeSession):
                     self._emit(ProviderError(ended.error))
                     self._emit(ConnectionLost(ended.reason, reconnecting=False))
                     return
+                ours = False
                 if planned is not None:
-                    reason, forced = planned
+                    reason, forced, ours = planned
                     seamless = not forced
                 else:
                     reason, seamless = ended.reason, self._switchable()
-                if not await self._reconnect(reason, seamless=seamless):
+                if not await self._reconnect(reason, seamless=seamless, ours=ours):
                     return
         finally:
             self._phase = "closed"
@@ -426,15 +428,17 @@ class GeminiLiveSession(RealtimeSession):
         if not had_go_away and protocol.go_away_deadline is not None:
             self._wake.set()
 
-    async def _reconnect(self, reason: str, *, seamless: bool) -> bool:
+    async def _reconnect(self, reason: str, *, seamless: bool, ours: bool = False) -> bool:
         """Open the next connection, with bounded attempts and backoff. ``seamless``:
         nothing was lost (the moment was quiet), so no ``ConnectionLost`` is reported
-        unless the new connection cannot be opened. False: gave up."""
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._connected_at < _STABLE_AFTER:
-            self._unstable += 1
-        else:
+        unless the new connection cannot be opened. ``ours``: we replace it for a reason
+        of our own (a new agent, its age), which says nothing about the service's
+        health. False: gave up."""
+        lived = asyncio.get_running_loop().time() - self._connected_at
+        if lived >= _STABLE_AFTER:
             self._unstable = 0
+        elif not ours:
+            self._unstable += 1  # the service ended it (or let it go) within seconds
         self._cancel_watch()
         link, self._link = self._link, None
         if link is not None:
@@ -489,15 +493,16 @@ class GeminiLiveSession(RealtimeSession):
 
     # -- replacing the connection at a quiet moment ---------------------------------------
 
-    def _due(self) -> str | None:
-        """Why the connection should be replaced, if it should."""
+    def _due(self) -> tuple[str, bool] | None:
+        """Why the connection should be replaced, if it should, and whether the reason
+        is ours (not the service going away)."""
         if self._protocol.go_away_deadline is not None:
-            return "the service is going away"
+            return "the service is going away", False
         if (self._instructions, self._tools) != self._set_up:
-            return "the agent changed"
+            return "the agent changed", True
         limit = self._s.recycle_after
         if limit is not None and asyncio.get_running_loop().time() - self._connected_at >= limit:
-            return f"the connection is older than {limit:g} s"
+            return f"the connection is older than {limit:g} s", True
         return None
 
     def _switchable(self) -> bool:
@@ -511,11 +516,12 @@ class GeminiLiveSession(RealtimeSession):
         before the GoAway deadline if none comes."""
         loop = asyncio.get_running_loop()
         while self._link is link and not self._close_requested:
-            reason = self._due()
+            due = self._due()
             deadline = self._protocol.go_away_deadline
             forced = deadline is not None and loop.time() >= deadline - _FORCE_MARGIN
-            if reason is not None and (forced or (self._phase == "live" and self._switchable())):
-                self._switch = (reason, forced)
+            if due is not None and (forced or (self._phase == "live" and self._switchable())):
+                reason, ours = due
+                self._switch = (reason, forced, ours and not forced)
                 self._phase = "switching" if not forced else "reconnecting"
                 if not forced:  # what was not written yet goes to the next connection
                     self._pending.extendleft(reversed(link.take_unsent()))
@@ -523,7 +529,7 @@ class GeminiLiveSession(RealtimeSession):
                 await link.close(self._s.close_timeout)  # the reader ends; _run goes on
                 return
             timeout: float | None = None
-            if reason is not None:
+            if due is not None:
                 timeout = _POLL
             elif self._s.recycle_after is not None:
                 timeout = max(self._connected_at + self._s.recycle_after - loop.time(), 0.0)
