@@ -11,7 +11,6 @@ its first chunk carries.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from abc import abstractmethod
@@ -162,7 +161,10 @@ async def stream_chat(
             retries += 1
             client.retries += 1
             log_retry(client._name, str(error), retries, client._retry, wait)
-            await asyncio.sleep(wait)
+            if await client._backoff(wait):
+                raise LLMError(
+                    f"{error} (not retried: {client._name} was closed)", status=error.status
+                ) from error
 
 
 async def _try(

@@ -13,10 +13,18 @@ Each client keeps its own request loop, as what it may retry depends on what it 
 handed the caller, and turns a ``Failure`` into its own error type (``LLMError``,
 ``STTError``, ``TTSError``). ``aiohttp`` is imported on first use only, so importing
 this module is cheap.
+
+``aclose`` ends what is in flight, with a ``Failure`` that is not retried: a response
+being read (aiohttp alone would leave its reader waiting forever: closing a connection
+drops its read timeout without ending the body), a request waiting for its headers, and
+a retry waiting out its backoff (which would otherwise go on, on a new session nobody
+closes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +35,7 @@ from ._timeout import Timeout
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["Failure", "HTTPClient", "error_message_from_body", "read_some"]
+__all__ = ["ClientClosed", "Failure", "HTTPClient", "error_message_from_body", "read_some"]
 
 _USER_AGENT = "rejoinder/0.1"
 _MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -53,6 +61,10 @@ class Failure(Exception):
         self.timed_out = timed_out
         self.wait = wait
         self.status = status
+
+
+class ClientClosed(Exception):
+    """What a read of a response still open when its client was closed raises."""
 
 
 class HTTPClient:
@@ -85,13 +97,27 @@ class HTTPClient:
         self._extra_headers = dict(extra_headers or {})
         self._session = http_session
         self._owns_session = http_session is None
+        self._reading: weakref.WeakSet[aiohttp.ClientResponse] = weakref.WeakSet()
+        """Responses ``_post`` handed out that may still be read (``aclose`` ends them)."""
+        self._closed: asyncio.Event | None = None
+        """Set by ``aclose`` for the retries waiting out a backoff (made when one waits)."""
 
     @property
     def base_url(self) -> str:
         return self._base_url
 
     async def aclose(self) -> None:
-        """Close the HTTP session this client created (a session passed in is left open)."""
+        """End the requests in flight (their callers get a ``Failure`` that is not
+        retried) and close the HTTP session this client created (a session passed in is
+        left open). The client may be used again: it makes a new session."""
+        closed = ClientClosed(f"{self._name} was closed")
+        for response in list(self._reading):
+            response.content.set_exception(closed)
+            response.close()
+        self._reading.clear()
+        if self._closed is not None:
+            self._closed.set()
+            self._closed = None
         if self._owns_session and self._session is not None:
             session, self._session = self._session, None
             if not session.closed:
@@ -125,6 +151,19 @@ class HTTPClient:
             sock_read=self._timeout.read,
         )
 
+    async def _backoff(self, seconds: float) -> bool:
+        """Wait ``seconds`` before a retry; True when the client was closed meanwhile
+        (the request then ends instead of going on after ``aclose``)."""
+        if self._closed is None:
+            self._closed = asyncio.Event()
+        closed = self._closed
+        try:
+            async with asyncio.timeout(seconds):
+                await closed.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def _next_wait(self, failure: Failure, retries: int) -> float | str:
         """The wait before the next try, or why there is none ("" to re-raise as is)."""
         if failure.timed_out or not failure.retryable:
@@ -139,11 +178,16 @@ class HTTPClient:
         self, url: str, data: Any, headers: Mapping[str, str]
     ) -> aiohttp.ClientResponse:
         """POST and check the status: an error status becomes a ``Failure``."""
+        session = self._get_session()
         try:
-            response = await self._get_session().post(
+            response = await session.post(
                 url, data=data, headers=dict(headers), timeout=self._client_timeout()
             )
         except Exception as exc:
+            if session.closed:  # by aclose (or the owner of a session passed in)
+                raise Failure(
+                    f"request to {url} stopped: its HTTP session was closed", retryable=False
+                ) from exc
             raise self._request_failure(exc, url) from exc
         if response.status >= 300:
             try:
@@ -158,6 +202,7 @@ class HTTPClient:
                 )
             finally:
                 response.close()
+        self._reading.add(response)
         return response
 
     def _request_failure(self, exc: Exception, url: str) -> Failure:
@@ -193,6 +238,8 @@ class HTTPClient:
         ("stream" for an event stream)."""
         import aiohttp
 
+        if isinstance(exc, ClientClosed):
+            return Failure(f"reading the {what} from {url} stopped: {exc}", retryable=False)
         if isinstance(exc, aiohttp.ServerTimeoutError):
             return _timed_out(
                 f"timed out reading the {what} from {url} (no data for {self._timeout.read}s)"

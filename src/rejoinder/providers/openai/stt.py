@@ -28,7 +28,6 @@ timeout is not retried. ``aiohttp`` is imported on first use only.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import wave
 from collections.abc import Mapping, Sequence
@@ -172,7 +171,9 @@ class STT(HTTPClient, models.STT):
                     message = f"{failure} ({wait})" if wait else str(failure)
                     raise STTError(message, retryable=failure.retryable) from failure
                 retries += 1
-                await asyncio.sleep(wait)
+                if await self._backoff(wait):
+                    message = f"{failure} (not retried: {self._name} was closed)"
+                    raise STTError(message) from failure
 
     async def _try(self, url: str, wav: bytes, fields: Mapping[str, str]) -> str:
         import aiohttp

@@ -19,7 +19,6 @@ was yielded nothing is retried, and a connection lost mid-body ends the iteratio
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -176,7 +175,9 @@ class TTS(HTTPClient, models.TTS):
                     message = f"{failure} ({wait})" if wait else str(failure)
                     raise TTSError(message, retryable=failure.retryable) from failure
                 retries += 1
-                await asyncio.sleep(wait)
+                if await self._backoff(wait):
+                    message = f"{failure} (not retried: {self._name} was closed)"
+                    raise TTSError(message) from failure
             finally:
                 if response is not None:
                     response.close()
