@@ -145,6 +145,11 @@ async def _reply(llm: LLM, what: str, **options: Any) -> list[ChatChunk]:
         raise AssertionError(f"{what} failed: {error}") from error
 
 
+async def _first(received: list[ChatChunk]) -> None:
+    while not received:
+        await asyncio.sleep(0.01)
+
+
 class LLMConformance:
     """The tests every ``rj.LLM`` must pass. Subclass it as ``Test...`` and provide a
     ``harness`` fixture (an ``LLMHarness`` over your server); see the package docstring."""
@@ -206,6 +211,12 @@ class LLMConformance:
             assert _text(await within(GIVE_UP, _collect(stream), "the stream")) == "ok"
         except LLMError as error:
             raise AssertionError(f"the request failed: {error}") from error
+
+    async def test_two_requests_at_once_both_complete(self, harness: LLMHarness, llm: LLM) -> None:
+        harness.reply_text("Same ", "reply")
+        harness.reply_text("Same ", "reply")
+        both = await asyncio.gather(_reply(llm, "one request"), _reply(llm, "the other"))
+        assert [_text(chunks) for chunks in both] == ["Same reply", "Same reply"]
 
     # -- failures before the first chunk -----------------------------------------------------
 
@@ -334,6 +345,22 @@ class LLMConformance:
         await snapshot.assert_released("a stream closed early")
         harness.reply_text("again")
         assert _text(await _reply(llm, "the request after closing a stream")) == "again"
+
+    async def test_aclose_ends_a_stream_in_progress(self, harness: LLMHarness) -> None:
+        snapshot = Snapshot(harness.server_port)
+        llm = harness.make()
+        stage(harness, "stall", "one")
+        received: list[ChatChunk] = []
+        reading = asyncio.create_task(_until_error(llm.chat(_user_says()), received))
+        await within(GIVE_UP, _first(received), "the first delta")
+        started = asyncio.get_running_loop().time()
+        await within(10.0, llm.aclose(), "aclose with a stream open")
+        error = await within(stall_bound(harness.stall_timeout), reading, "the open stream")
+        assert error is not None, "the stream ended quietly when its LLM was closed under it"
+        assert elapsed_since(started) < harness.stall_timeout, (
+            "the open stream waited for its timeout instead of ending with aclose"
+        )
+        await snapshot.assert_released("aclose with a stream open")
 
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: LLMHarness) -> None:
         snapshot = Snapshot(harness.server_port)

@@ -398,6 +398,25 @@ class RealtimeConformance:
         await model.aclose()
         await snapshot.assert_released("a cancelled start")
 
+    async def test_aclose_ends_a_start_in_progress(self, harness: RealtimeHarness) -> None:
+        stage(harness, "stall_setup")
+        snapshot = Snapshot(harness.server_port)
+        model = harness.make()
+        session = model.session()
+        recorder = Recorder(session)
+        starting = asyncio.create_task(session.start(CONFIG))
+        await asyncio.sleep(min(1.0, harness.stall_timeout / 2))  # connected, set-up unanswered
+        started = asyncio.get_running_loop().time()
+        await within(10.0, session.aclose(), "aclose during start")
+        with pytest.raises(RealtimeError):
+            await within(stall_bound(harness.stall_timeout), starting, "the start")
+        assert elapsed_since(started) < harness.stall_timeout / 2, (
+            "start waited for its timeout instead of ending with aclose"
+        )
+        await recorder.wait_ended(within=10.0)
+        await model.aclose()
+        await snapshot.assert_released("aclose during start")
+
     async def test_aclose_is_idempotent_ends_the_events_and_releases_everything(
         self, harness: RealtimeHarness
     ) -> None:

@@ -274,6 +274,26 @@ class STTConformance:
             await within(10.0, stt.aclose(), "aclose")
         await snapshot.assert_released("a cancelled recognition, then aclose")
 
+    async def test_aclose_ends_a_recognition_in_progress(self, harness: STTHarness) -> None:
+        snapshot = Snapshot(harness.server_port)
+        stt = harness.make()
+        stage(harness, "stall", FIRST)
+        frames = harness.speech()
+        task = asyncio.create_task(hear(stt, frames))
+        await asyncio.sleep(sum(frame.duration for frame in frames) + 0.2)  # answer awaited
+        started = asyncio.get_running_loop().time()
+        await within(10.0, stt.aclose(), "aclose with a recognition open")
+        try:
+            heard = await within(stall_bound(harness.stall_timeout), task, "the recognition")
+        except STTError:
+            pass
+        else:
+            assert FIRST.startswith(heard), f"a recognition closed midway made up words: {heard!r}"
+        assert elapsed_since(started) < harness.stall_timeout, (
+            "the recognition waited for its timeout instead of ending with aclose"
+        )
+        await snapshot.assert_released("aclose with a recognition open")
+
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: STTHarness) -> None:
         snapshot = Snapshot(harness.server_port)
         unused = harness.make()

@@ -155,6 +155,11 @@ async def _until_error(tts: TTS, text: str, spoken: Spoken) -> TTSError | None:
     return None
 
 
+async def _first_audio(spoken: Spoken) -> None:
+    while not spoken.frames:
+        await asyncio.sleep(0.01)
+
+
 def _whole(spoken: Spoken, seconds: float, what: str) -> None:
     assert abs(spoken.seconds - seconds) <= FRAME_TOLERANCE, (
         f"{what}: {spoken.seconds:.3f} s of audio, the server sent {seconds:.3f} s"
@@ -332,6 +337,22 @@ class TTSConformance:
         await snapshot.assert_released("a synthesis closed early")
         seconds = harness.speak(TEXT)
         _whole(await _spoken(tts, TEXT, "the synthesis after"), seconds, "the synthesis after")
+
+    async def test_aclose_ends_a_synthesis_in_progress(self, harness: TTSHarness) -> None:
+        snapshot = Snapshot(harness.server_port)
+        tts = harness.make()
+        harness.speak(TEXT, pace=1.0)
+        spoken = Spoken()
+        reading = asyncio.create_task(_until_error(tts, TEXT, spoken))
+        await within(GIVE_UP, _first_audio(spoken), "the first audio")
+        started = asyncio.get_running_loop().time()
+        await within(10.0, tts.aclose(), "aclose with a synthesis open")
+        error = await within(stall_bound(harness.stall_timeout), reading, "the open synthesis")
+        assert error is not None, "a synthesis ended quietly when its engine was closed under it"
+        assert elapsed_since(started) < harness.stall_timeout, (
+            "the open synthesis waited for its timeout instead of ending with aclose"
+        )
+        await snapshot.assert_released("aclose with a synthesis open")
 
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: TTSHarness) -> None:
         snapshot = Snapshot(harness.server_port)
