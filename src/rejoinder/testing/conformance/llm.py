@@ -98,7 +98,8 @@ class LLMHarness(ABC):
 
     @abstractmethod
     def cut_mid_stream(self, *chunks: str) -> None:
-        """The next reply streams these deltas, then the connection is cut (no end)."""
+        """The next reply streams these deltas, then the connection is cut (no end). With
+        no deltas, the reply starts (whatever the API sends before any text) and is cut."""
 
     @abstractmethod
     def garbage(self, *chunks: str) -> None:
@@ -122,12 +123,17 @@ async def _collect(stream: AsyncIterator[ChatChunk]) -> list[ChatChunk]:
 
 
 async def _until_error(
-    stream: AsyncIterator[ChatChunk], received: list[ChatChunk]
+    stream: AsyncIterator[ChatChunk],
+    received: list[ChatChunk],
+    first: asyncio.Event | None = None,
 ) -> LLMError | None:
-    """Read ``stream`` into ``received``; the ``LLMError`` that ended it, if one did."""
+    """Read ``stream`` into ``received`` (setting ``first`` at the first chunk); the
+    ``LLMError`` that ended it, if one did."""
     try:
         async for chunk in stream:
             received.append(chunk)
+            if first is not None:
+                first.set()
     except LLMError as error:
         return error
     return None
@@ -143,11 +149,6 @@ async def _reply(llm: LLM, what: str, **options: Any) -> list[ChatChunk]:
         return await within(GIVE_UP, _collect(llm.chat(_user_says(), **options)), what)
     except LLMError as error:
         raise AssertionError(f"{what} failed: {error}") from error
-
-
-async def _first(received: list[ChatChunk]) -> None:
-    while not received:
-        await asyncio.sleep(0.01)
 
 
 class LLMConformance:
@@ -227,6 +228,18 @@ class LLMConformance:
         harness.reply_text("Hello")
         before = harness.attempts()
         chunks = await _reply(llm, "a retried request")
+        assert _text(chunks) == "Hello"
+        assert harness.attempts() - before == 2
+        info = chunks[0].info
+        assert info is not None and info.retries == 1, f"StreamInfo should count 1 retry: {info}"
+
+    async def test_a_cut_before_the_first_delta_is_retried(
+        self, harness: LLMHarness, llm: LLM
+    ) -> None:
+        stage(harness, "cut_mid_stream")
+        harness.reply_text("Hello")
+        before = harness.attempts()
+        chunks = await _reply(llm, "a request cut before its first delta")
         assert _text(chunks) == "Hello"
         assert harness.attempts() - before == 2
         info = chunks[0].info
@@ -351,8 +364,9 @@ class LLMConformance:
         llm = harness.make()
         stage(harness, "stall", "one")
         received: list[ChatChunk] = []
-        reading = asyncio.create_task(_until_error(llm.chat(_user_says()), received))
-        await within(GIVE_UP, _first(received), "the first delta")
+        first = asyncio.Event()
+        reading = asyncio.create_task(_until_error(llm.chat(_user_says()), received, first))
+        await within(GIVE_UP, first.wait(), "the first delta")
         started = asyncio.get_running_loop().time()
         await within(10.0, llm.aclose(), "aclose with a stream open")
         error = await within(stall_bound(harness.stall_timeout), reading, "the open stream")

@@ -106,6 +106,7 @@ class Spoken:
         self.seconds = 0.0
         self.frames = 0
         self.words: list[WordTiming] = []
+        self.first_audio = asyncio.Event()
 
     def take(self, tts: TTS, item: object) -> None:
         if isinstance(item, WordTiming):
@@ -120,6 +121,7 @@ class Spoken:
         )
         self.frames += 1
         self.seconds += item.duration
+        self.first_audio.set()
 
     def check_words(self) -> None:
         starts = [word.start for word in self.words]
@@ -153,11 +155,6 @@ async def _until_error(tts: TTS, text: str, spoken: Spoken) -> TTSError | None:
     except TTSError as error:
         return error
     return None
-
-
-async def _first_audio(spoken: Spoken) -> None:
-    while not spoken.frames:
-        await asyncio.sleep(0.01)
 
 
 def _whole(spoken: Spoken, seconds: float, what: str) -> None:
@@ -211,6 +208,15 @@ class TTSConformance:
             await stream.aclose()
         _whole(spoken, seconds, "a streamed synthesis")
         spoken.check_words()
+
+    async def test_two_syntheses_at_once_both_complete(self, harness: TTSHarness, tts: TTS) -> None:
+        seconds = harness.speak(TEXT)
+        assert harness.speak(TEXT) == seconds
+        both = await asyncio.gather(
+            _spoken(tts, TEXT, "one synthesis"), _spoken(tts, TEXT, "the other")
+        )
+        for spoken in both:
+            _whole(spoken, seconds, "one of two syntheses at once")
 
     # -- refusals ----------------------------------------------------------------------------
 
@@ -344,7 +350,7 @@ class TTSConformance:
         harness.speak(TEXT, pace=1.0)
         spoken = Spoken()
         reading = asyncio.create_task(_until_error(tts, TEXT, spoken))
-        await within(GIVE_UP, _first_audio(spoken), "the first audio")
+        await within(GIVE_UP, spoken.first_audio.wait(), "the first audio")
         started = asyncio.get_running_loop().time()
         await within(10.0, tts.aclose(), "aclose with a synthesis open")
         error = await within(stall_bound(harness.stall_timeout), reading, "the open synthesis")
