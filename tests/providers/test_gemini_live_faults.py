@@ -205,3 +205,16 @@ async def test_aclose_while_connecting_fails_start(server: GeminiLiveServer) -> 
     with pytest.raises((RealtimeError, asyncio.CancelledError)):
         await start
     assert live_tasks() == []
+
+
+async def test_with_reconnects_off_a_drop_ends_the_session_once(
+    server: GeminiLiveServer, connect: Connect
+) -> None:
+    _, recorder = await connect(max_reconnect_attempts=0)
+    await server.audio(0.2)
+    await server.drop()
+    await recorder.wait_ended()
+    assert recorder.kinds()[-3:] == ["AgentAudioEnded", "ProviderError", "ConnectionLost"]
+    assert recorder.of(ConnectionLost)[0].reconnecting is False
+    assert "reconnecting is disabled" in str(recorder.of(ProviderError)[0].error)
+    assert len(server.connections) == 1

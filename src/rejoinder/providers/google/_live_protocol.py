@@ -40,9 +40,9 @@ How the Live API's messages become our facts (``models.realtime``):
   facts only: the transcription lags and is not ordered with the model's turn, so they
   are most likely the end of the turn being answered (whose message was recorded when
   it ended), not a new one.
-- ``interrupted`` after our own ``INTERRUPT`` result, while the model spoke and the user
-  did not, is that result pre-empting the model: the turn ends ``cancelled`` and no user
-  speech is reported.
+- ``interrupted`` after something of ours cut the running turn off (an ``INTERRUPT``
+  result, a typed message, a requested reply), while the user said nothing, is that
+  pre-emption: the turn ends ``cancelled`` and no user speech is reported.
 - ``toolCallCancellation``: the server withdrew calls (the user interrupted the turn that
   made them). Their results are not sent (their output's fate is ``silent``), and the
   results of the rest of their ``toolCall`` go back without them. The session's tool

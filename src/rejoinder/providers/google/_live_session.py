@@ -422,7 +422,11 @@ class GeminiLiveSession(RealtimeSession):
     def _on_frame(self, data: str | bytes) -> None:
         protocol = self._protocol
         had_go_away = protocol.go_away_deadline is not None
-        protocol.receive(data)
+        try:
+            protocol.receive(data)
+        except Exception as exc:  # a bug here must cost one message, not the session
+            logger.exception("Gemini Live: handling a server message failed")
+            self._emit(ProviderError(RealtimeError(f"Gemini Live: internal error: {exc!r}")))
         if protocol.handle is not None:
             self._handle = protocol.handle
         if not had_go_away and protocol.go_away_deadline is not None:
@@ -443,20 +447,21 @@ class GeminiLiveSession(RealtimeSession):
         link, self._link = self._link, None
         if link is not None:
             await link.close(self._s.close_timeout)
+        attempts = self._s.max_reconnect_attempts
+        last: RealtimeError | None = None
+        if attempts and self._unstable > attempts:
+            last = RealtimeError(f"{self._unstable} connections in a row ended within seconds")
+            attempts = 0
         if not seamless:
             self._protocol.end()
             self._pending.clear()  # it was meant for a conversation that moved on
             self._pending_audio = 0
             if self._activity is not None:
                 self._activity.reset()
-            self._emit(ConnectionLost(reason, reconnecting=self._s.max_reconnect_attempts > 0))
+            if attempts:  # else the giving up below reports it
+                self._emit(ConnectionLost(reason, reconnecting=True))
         self._protocol = self._new_protocol(self._connection + 1)
         self._phase = "switching" if seamless else "reconnecting"
-        attempts = self._s.max_reconnect_attempts
-        last: RealtimeError | None = None
-        if self._unstable > attempts:
-            last = RealtimeError(f"{self._unstable} connections in a row ended within seconds")
-            attempts = 0
         for attempt in range(attempts):
             retry = attempt + self._unstable  # an unstable service is waited for too
             if retry:
@@ -479,7 +484,7 @@ class GeminiLiveSession(RealtimeSession):
             self._go_live(ws)
             self._emit(Reconnected(None))
             return True
-        if seamless:  # not lost until now: what was held for the new connection is gone
+        if seamless and attempts:  # lost only now: what was held for it is gone too
             self._pending.clear()
             self._emit(ConnectionLost(reason, reconnecting=True))
         if attempts == 0 and last is None:
