@@ -7,5 +7,6 @@ the same wire format.
 """
 
 from .chat import LLM
+from .live import Live
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "Live"]
