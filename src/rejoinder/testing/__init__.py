@@ -7,6 +7,7 @@ from .cartesia_server import CartesiaServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
 from .elevenlabs_server import ElevenLabsServer
+from .gemini_live_server import GeminiLiveServer
 from .gemini_server import GeminiServer
 from .gpt_live_server import GPTLiveServer
 from .memory_audio import MemoryAudioInput, MemoryAudioOutput
@@ -47,6 +48,7 @@ __all__ = [
     "FakePhoneCall",
     "GPTLiveServer",
     "Gate",
+    "GeminiLiveServer",
     "GeminiServer",
     "Heard",
     "MemoryAudioInput",

@@ -1,9 +1,10 @@
-"""Google providers: Gemini through the Gemini API's ``streamGenerateContent``, streamed.
+"""Google providers: Gemini through the Gemini API's ``streamGenerateContent``, streamed,
+and Gemini Live, the speech-to-speech model over the BidiGenerateContent WebSocket.
 
 ``from rejoinder.providers import google; llm = google.LLM(model="gemini-2.5-flash")``
-goes in the session's ``llm=`` slot (``$GEMINI_API_KEY``, else ``$GOOGLE_API_KEY``). Test
-it against ``rejoinder.testing.gemini_server.GeminiServer``, a loopback server speaking
-the same wire format.
+or ``google.Live(voice="Puck")`` goes in the session's ``llm=`` slot (``$GEMINI_API_KEY``,
+else ``$GOOGLE_API_KEY``). Test them against ``rejoinder.testing.GeminiServer`` and
+``GeminiLiveServer``, loopback servers speaking the same wire formats.
 """
 
 from .chat import LLM
