@@ -4,6 +4,8 @@ a scenario a harness cannot stage is a skip that names the harness and the reaso
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -77,3 +79,19 @@ class HalfHarness:
 def test_a_scenario_the_harness_cannot_stage_is_a_skip_with_its_reason() -> None:
     with pytest.raises(pytest.skip.Exception, match=r"HalfHarness\.garbage: the server cannot"):
         stage(HalfHarness(), "garbage", "Hello")
+
+
+def test_importing_the_package_needs_no_pytest_until_a_suite_is_used() -> None:
+    code = (
+        "import sys\n"
+        "import rejoinder.testing.conformance as conformance\n"
+        "assert 'pytest' not in sys.modules, 'the package imported pytest'\n"
+        "conformance.NotSupported\n"
+        "assert 'pytest' not in sys.modules, 'NotSupported imported pytest'\n"
+        "conformance.LLMConformance\n"
+        "assert 'pytest' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

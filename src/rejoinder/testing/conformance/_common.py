@@ -104,7 +104,7 @@ async def eventually(
         value = check()
         if done(value) or loop.time() >= deadline:
             return value
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
 
 
 class Snapshot:
