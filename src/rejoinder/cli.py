@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help=(
             "use a real model: a name for an OpenAI-compatible API (gpt-4o-mini, llama3.2), "
-            "or provider/model (anthropic/claude-sonnet-4-5, google/gemini-2.5-flash, or a provider a package adds)"
+            "or provider/model (anthropic/claude-sonnet-4-5, google/gemini-2.5-flash, "
+            "or a provider a package adds)"
         ),
     )
     console.add_argument(
