@@ -333,15 +333,66 @@ async def test_interrupt_pre_empts_the_models_speech_and_is_never_user_speech(
     assert server.function_responses()[0]["scheduling"] == "INTERRUPT"
     await server.interrupted()  # the result cuts the model off on the server
     await server.turn_complete()
-    await spoken_turn(server, rig, "The fare dropped to 99 euros!")
-    await rig.settle(0.5)
+    await spoken_turn(server, rig, "The fare dropped to 99 euros!")  # 1 s of audio
+    await rig.settle(1.5)
+    result_played = t_alert + 1.0
 
     assert "speaking" not in rig.timeline.user_states(since=t_alert)[1:]  # no fake user turn
-    rig.timeline.assert_never("listening", between=(t0 + 0.01, now() - 0.6))
+    # Owed throughout: no listening between the call and the result's end (not even for
+    # an instant when the interrupted turn's own turnComplete arrives).
+    rig.timeline.assert_never("listening", between=(t0 + 0.01, result_played - 0.01))
+    assert rig.timeline.agent_states(since=t_alert) == [
+        "speaking",
+        "thinking",
+        "speaking",
+        "listening",
+    ]
     assert rig.session.agent_state == "listening"
-    # The server stopped the pre-empted turn; what the session had already received of
-    # it still played (no fact lets a provider cut the session's playback), then the
-    # result was spoken.
-    assert rig.speaker.segments == [pytest.approx(0.5), pytest.approx(1.0)]
+    # The server stopped the pre-empted turn and the session its playback at once
+    # (AgentAudioCut): of its 0.5 s only the 0.3 s played before the result was heard,
+    # then the result was spoken.
+    assert rig.speaker.segments == [pytest.approx(t_alert - t0, abs=0.03), pytest.approx(1.0)]
+    assert rig.messages()[-2] == ("assistant", "Rome has seven hills and a")
     assert rig.messages()[-1] == ("assistant", "The fare dropped to 99 euros!")
     assert rig.owed == 0 and rig.errors == []
+
+
+async def test_a_withdrawn_call_stops_its_tool_and_owes_nothing(
+    server: GeminiLiveServer, rigs: list[Rig]
+) -> None:
+    """toolCallCancellation (the user cut off the turn that made the call): the running
+    tool is cancelled, nothing is sent for it, and the agent listens again."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    class Slow(rj.Agent):
+        def __init__(self) -> None:
+            super().__init__(instructions="You look things up slowly.")
+
+        @rj.function_tool
+        async def look_up(self, topic: str) -> str:
+            """Look a topic up.
+
+            Args:
+                topic: what to look up
+            """
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return "never"
+
+    rig = await start_rig(Live(api_key="test", base_url=server.base_url), Slow())
+    rigs.append(rig)
+    await server.input_transcript("Look up the history of Rome.")
+    await rig.settle(0.3)
+    await server.tool_call(("c1", "look_up", {"topic": "Rome"}))
+    await rig.settle(0.3)
+    assert started.is_set() and rig.session.agent_state == "thinking"
+    await server.tool_call_cancellation("c1")
+    await rig.settle(0.3)
+    assert cancelled.is_set()
+    assert rig.session.agent_state == "listening" and rig.owed == 0
+    assert server.of_kind("toolResponse") == []
+    assert rig.errors == []

@@ -66,6 +66,15 @@ class ToolCallRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallCancelled:
+    """The provider withdrew a call it asked for (Gemini Live's ``toolCallCancellation``:
+    the turn that made it was cut off). The session stops the tool if it still runs and
+    sends nothing for it; what it owed ends."""
+
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseUsage:
     """Token counts of one response, as the provider reported them (``None``: that split
     was not reported)."""
@@ -143,6 +152,14 @@ class AgentAudioPaused:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentAudioCut:
+    """The provider dropped the agent audio it sent that has not played yet (something of
+    the application's pre-empted the reply: Gemini Live's ``INTERRUPT`` result, a typed
+    message). The session stops playback at once, keeping what was heard, as on a
+    barge-in; it is not the user speaking."""
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAudioEnded:
     position_ms: int | None = None
 
@@ -193,12 +210,14 @@ RealtimeEvent: TypeAlias = (
     BackendResponseStarted
     | DelegationRequested
     | ToolCallRequested
+    | ToolCallCancelled
     | BackendResponseEnded
     | ContinuationFailed
     | ReplyRefused
     | AgentAudioStarted
     | AgentAudio
     | AgentAudioPaused
+    | AgentAudioCut
     | AgentAudioEnded
     | Transcript
     | UserSpeechStarted

@@ -61,6 +61,7 @@ from typing import Literal
 from ...models.chat import FunctionCall, FunctionCallOutput
 from ...models.realtime import (
     AgentAudio,
+    AgentAudioCut,
     AgentAudioEnded,
     AgentAudioStarted,
     BackendResponseEnded,
@@ -69,6 +70,7 @@ from ...models.realtime import (
     RealtimeError,
     RealtimeEvent,
     ResponseUsage,
+    ToolCallCancelled,
     ToolCallRequested,
     ToolOutputFate,
     Transcript,
@@ -190,6 +192,9 @@ class LiveProtocol:
         self._preempting = False
         """An ``INTERRUPT`` result went out while the model spoke: its ``interrupted`` is
         ours, not the user's."""
+        self._interrupted_open = False
+        """A turn was ``interrupted`` and no new one began: a bare ``turnComplete`` now
+        ends that turn; it is not the model answering with nothing."""
         self.handle: str | None = None
         """The newest resumable session handle."""
         self.handle_fresh = False
@@ -336,10 +341,13 @@ class LiveProtocol:
 
     def _interrupted(self) -> None:
         turn = self._turn
+        self._interrupted_open = turn is not None
         if self._preempting and turn is not None and self._user is None:
             # What we sent cut the model off (an INTERRUPT result, a typed message, a
             # requested reply): the user said nothing.
             self._preempting = False
+            # What it sent that has not played is not to be heard: stop it now.
+            self._emit(AgentAudioCut())
             self._end_turn(turn, "cancelled")
             return
         if self._user is None and not self._client_activity:
@@ -350,6 +358,11 @@ class LiveProtocol:
     def _turn_complete(self) -> None:
         turn = self._turn
         if turn is None:
+            if self._interrupted_open:
+                # The end of the turn that was interrupted: what waits for an answer (an
+                # INTERRUPT result's continuation) still waits for the next turn.
+                self._interrupted_open = False
+                return
             if self._expecting():
                 # The model answered with nothing: report the empty turn, so what waits
                 # for it (a continuation, a requested reply) ends now.
@@ -417,6 +430,7 @@ class LiveProtocol:
                 continue
             logger.info("Gemini Live: the server withdrew the call %s (%s)", call_id, call.name)
             call.state = "cancelled"
+            self._emit(ToolCallCancelled(call_id))
             if call.mode is None:
                 self._settle(call_id)
 
@@ -559,6 +573,7 @@ class LiveProtocol:
         self._turn = turn
         self._expect_since = None
         self._preempting = False
+        self._interrupted_open = False
         self.handle_fresh = False
         self._emit(BackendResponseStarted(turn.id))
         return turn

@@ -23,6 +23,7 @@ from ...floor import Obligation
 from ...models import ChatMessage, FunctionCall, FunctionCallOutput, ToolDefinition
 from ...models.realtime import (
     AgentAudio,
+    AgentAudioCut,
     AgentAudioEnded,
     AgentAudioPaused,
     AgentAudioStarted,
@@ -38,6 +39,7 @@ from ...models.realtime import (
     RealtimeSession,
     Reconnected,
     ReplyRefused,
+    ToolCallCancelled,
     ToolCallRequested,
     Transcript,
     UserSpeechStarted,
@@ -95,6 +97,8 @@ class RealtimeEngine(Engine):
         )
         self._playout: RealtimePlayout | None = None
         self._record_of: RealtimeRecord | None = None
+        self._tool_runs: dict[str, asyncio.Task[None]] = {}
+        """Tools running for the provider's calls, by call id (a withdrawn call stops)."""
         self._offered: Sequence[ToolDefinition] = ()
         """The tool definitions the provider has: sent again only when they change."""
         self._handles: list[VoicedReply] = []
@@ -257,6 +261,10 @@ class RealtimeEngine(Engine):
             self._record_of.burst_began(burst)
         elif isinstance(event, AgentAudioPaused):
             playout.pause()
+        elif isinstance(event, AgentAudioCut):
+            playout.interrupt()
+        elif isinstance(event, ToolCallCancelled):
+            self._tool_withdrawn(event.call_id)
         elif isinstance(event, AgentAudioEnded):
             playout.end()
         elif isinstance(event, Transcript):
@@ -380,7 +388,16 @@ class RealtimeEngine(Engine):
         self.obligations.tool_called(
             call.call_id, call.name, event.delegation_id, owner=activity.id
         )
-        self._ctx.spawn(self._run_tool(call, activity.agent))
+        task = self._ctx.spawn(self._run_tool(call, activity.agent))
+        self._tool_runs[call.call_id] = task
+        task.add_done_callback(lambda _: self._tool_runs.pop(call.call_id, None))
+
+    def _tool_withdrawn(self, call_id: str) -> None:
+        """The provider withdrew the call: a tool still running is cancelled (its debt
+        ends as abandoned, nothing is sent); one already answered is left as it is."""
+        task = self._tool_runs.get(call_id)
+        if task is not None and not task.done():
+            task.cancel()
 
     async def _run_tool(self, call: FunctionCall, agent: Agent) -> None:
         background: list[Obligation] = []
