@@ -146,3 +146,23 @@ def test_the_scripted_model_records_the_images_it_was_shown() -> None:
     llm = ScriptedLLM([["ok"]])
     llm.chat(shown())
     assert llm.calls[0].chat_ctx.messages()[-1].images == (SHOWN, LINKED)
+
+
+async def test_gemini_live_gets_the_image_as_an_inline_part_of_a_user_turn() -> None:
+    from rejoinder.providers import google
+    from rejoinder.testing import GeminiLiveServer
+
+    async with GeminiLiveServer() as server:
+        llm = google.Live(api_key="test", base_url=server.base_url)
+        session: rj.AgentSession[object] = rj.AgentSession(llm=llm, user_away_timeout=None)
+        await session.start(rj.Agent(instructions="You can see."))
+        session.add_image(SHOWN)
+        with pytest.raises(RealtimeError, match="not a link"):
+            session.add_image(LINKED)
+        message = await server.wait_for("clientContent")
+        content = message["clientContent"]
+        assert content["turnComplete"] is False  # seen with what the user says next
+        assert content["turns"] == [
+            {"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": PNG_B64}}]}
+        ]
+        await session.aclose()

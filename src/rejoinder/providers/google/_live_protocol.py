@@ -91,6 +91,7 @@ from ._live_wire import (
     client_content,
     duration_seconds,
     function_response,
+    image_turn,
     is_true,
     parse_message,
     text_turn,
@@ -508,6 +509,10 @@ class LiveProtocol:
 
     def add_context(self, text: str) -> None:
         self._send(client_content([text_turn("user", text)], turn_complete=False))
+
+    def add_image(self, mime_type: str, data: str) -> None:
+        """An image the user shows: in the conversation, answered with what they say next."""
+        self._send(client_content([image_turn(mime_type, data)], turn_complete=False))
 
     def playback_cut(self) -> None:
         """The session cut the agent's audio (a barge-in): what still comes for the

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
     from ...models.audio import AudioFrame
     from ...models.chat import FunctionCallOutput
+    from ...models.image import ImageContent
     from ...models.tools import ToolDefinition
     from ...models.vad import VAD
 
@@ -234,6 +235,14 @@ class GeminiLiveSession(RealtimeSession):
 
     def add_context(self, text: str) -> None:
         self._protocol.add_context(text)
+
+    def add_image(self, image: ImageContent) -> None:
+        if image.data is None or image.mime_type is None:
+            raise RealtimeError(
+                "Gemini Live takes images as bytes, not a link: fetch it and pass "
+                "ImageContent.from_bytes(...)"
+            )
+        self._protocol.add_image(image.mime_type, image.base64())
 
     def update_instructions(self, instructions: str) -> None:
         changed = instructions != self._instructions

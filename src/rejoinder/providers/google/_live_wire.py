@@ -193,6 +193,11 @@ def text_turn(role: Literal["user", "model"], text: str) -> JSONObject:
     return {"role": role, "parts": [{"text": text}]}
 
 
+def image_turn(mime_type: str, data: str) -> JSONObject:
+    """A user turn that shows an image (base64 ``data``), as an inline part."""
+    return {"role": "user", "parts": [{"inlineData": {"mimeType": mime_type, "data": data}}]}
+
+
 def client_content(turns: Sequence[JSONObject], *, turn_complete: bool) -> JSONObject:
     """Turns appended to the conversation; ``turn_complete`` asks the model to answer now
     (with no turns: answer what is there)."""
