@@ -60,6 +60,20 @@ class SwallowsErrors(Wrapper):
         return self._swallow(super().chat(chat_ctx, *args, **kwargs))
 
 
+class WrongError(Wrapper):
+    """Lets the transport's exception out instead of an LLMError."""
+
+    async def _translate(self, stream: AsyncIterator[ChatChunk]) -> AsyncIterator[ChatChunk]:
+        try:
+            async for chunk in stream:
+                yield chunk
+        except LLMError as error:
+            raise ConnectionError(str(error)) from None
+
+    def chat(self, chat_ctx: ChatContext, *args: Any, **kwargs: Any) -> AsyncIterator[ChatChunk]:
+        return self._translate(super().chat(chat_ctx, *args, **kwargs))
+
+
 class NeverCloses(Wrapper):
     """``aclose`` does nothing: its pooled connection stays open."""
 
@@ -217,3 +231,8 @@ async def test_a_task_left_running_fails() -> None:
 async def test_a_request_sent_before_iterating_fails() -> None:
     message = await fails(suite.test_chat_does_nothing_until_iterated, Eager)
     assert "chat() sent the request before being iterated" in message
+
+
+async def test_an_error_of_the_wrong_kind_fails_naming_the_promised_one() -> None:
+    message = await fails(suite.test_a_cut_mid_stream_raises_and_is_not_retried, WrongError)
+    assert "ConnectionError raised where the interface promises LLMError" in message

@@ -10,8 +10,9 @@ and, on Linux, by the process's TCP connections to the server's port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -24,6 +25,7 @@ __all__ = [
     "NotSupported",
     "Snapshot",
     "elapsed_since",
+    "only",
     "stage",
     "stage_async",
     "stall_bound",
@@ -73,6 +75,20 @@ async def stage_async(harness: object, method: str, *args: Any, **kwargs: Any) -
         return await getattr(harness, method)(*args, **kwargs)
     except NotSupported as gap:
         _skip(harness, method, gap)
+
+
+@contextlib.contextmanager
+def only(kind: type[Exception]) -> Iterator[None]:
+    """Let ``kind`` (and the suite's own ``AssertionError``) through; any other exception
+    fails the test, saying which error the interface promises instead."""
+    try:
+        yield
+    except (kind, AssertionError):
+        raise
+    except Exception as error:
+        raise AssertionError(
+            f"{type(error).__name__} raised where the interface promises {kind.__name__}: {error!r}"
+        ) from error
 
 
 def stall_bound(stall_timeout: float) -> float:

@@ -27,6 +27,7 @@ from ...models import LLM, ChatChunk, ChatContext, LLMError, ToolCallRequest, To
 from ._common import (
     Snapshot,
     elapsed_since,
+    only,
     stage,
     stall_bound,
     suite_marks,
@@ -130,10 +131,11 @@ async def _until_error(
     """Read ``stream`` into ``received`` (setting ``first`` at the first chunk); the
     ``LLMError`` that ended it, if one did."""
     try:
-        async for chunk in stream:
-            received.append(chunk)
-            if first is not None:
-                first.set()
+        with only(LLMError):
+            async for chunk in stream:
+                received.append(chunk)
+                if first is not None:
+                    first.set()
     except LLMError as error:
         return error
     return None
@@ -146,7 +148,8 @@ def _text(chunks: list[ChatChunk]) -> str:
 async def _reply(llm: LLM, what: str, **options: Any) -> list[ChatChunk]:
     """The whole reply; an ``LLMError`` fails the test saying what was being asked."""
     try:
-        return await within(GIVE_UP, _collect(llm.chat(_user_says(), **options)), what)
+        with only(LLMError):
+            return await within(GIVE_UP, _collect(llm.chat(_user_says(), **options)), what)
     except LLMError as error:
         raise AssertionError(f"{what} failed: {error}") from error
 
@@ -209,7 +212,8 @@ class LLMConformance:
         assert harness.attempts() == before, "chat() sent the request before being iterated"
         harness.reply_text("ok")
         try:
-            assert _text(await within(GIVE_UP, _collect(stream), "the stream")) == "ok"
+            with only(LLMError):
+                assert _text(await within(GIVE_UP, _collect(stream), "the stream")) == "ok"
         except LLMError as error:
             raise AssertionError(f"the request failed: {error}") from error
 
