@@ -635,14 +635,23 @@ async def test_thought_signatures_and_gemini_ids_are_sent_back_on_their_parts(
     moved = json.loads(json.dumps(server.requests[2]))
     moved["contents"][3]["parts"][0]["thoughtSignature"] = "c2lnLTE="
     assert "another part" in str(request_problem(moved, server.signatures))
-    # Another LLM instance has no record of them: the stand-in keeps the request valid.
-    body = make_llm().build_request(ctx, [WEATHER])
-    firsts = [
-        next(p for p in c["parts"] if "functionCall" in p).get("thoughtSignature")
-        for c in body["contents"]
-        if any("functionCall" in p for p in c["parts"])
-    ]
-    assert firsts == [_convert.SKIP_SIGNATURE, _convert.SKIP_SIGNATURE]
+    def first_signatures(body: dict[str, Any]) -> list[str | None]:
+        return [
+            next(p for p in c["parts"] if "functionCall" in p).get("thoughtSignature")
+            for c in body["contents"]
+            if any("functionCall" in p for p in c["parts"])
+        ]
+
+    # Another LLM instance (an agent's own, current after a handoff) sends them back too:
+    # the memory is the process's.
+    other = make_llm().build_request(ctx, [WEATHER])
+    assert first_signatures(other) == ["c2lnLTE=", "c2lnLTI="]
+    assert request_problem(other, server.signatures) is None
+    # Steps no instance streamed (another provider's): the stand-in keeps it valid.
+    stranger = make_llm()
+    stranger.call_memory = CallMemory()
+    body = stranger.build_request(ctx, [WEATHER])
+    assert first_signatures(body) == [_convert.SKIP_SIGNATURE, _convert.SKIP_SIGNATURE]
     assert request_problem(body, server.signatures) is None
 
 

@@ -16,11 +16,14 @@ Thought signatures (https://ai.google.dev/gemini-api/docs/thought-signatures): G
 2.5 and 3 thinking models sign their function-call parts, and Gemini 3 answers HTTP 400 to
 the next request if a step's signature is not sent back on its part. ``FunctionCall`` has
 no field for it and the session makes the ``FunctionCall`` from the stream's
-``ToolCallRequest`` (which has none either), so each ``LLM`` keeps a ``CallMemory``: the
-signature (and Gemini's own call id, when it gives one) by call id, for the calls it
-streamed, bounded to the last 512. The next request puts them back on the same parts. A
-step this instance did not stream (another model's, after a fallback or a handoff to
-another ``LLM``) goes with the documented stand-in signature instead.
+``ToolCallRequest`` (which has none either), so the ``LLM`` instances of a process share
+one ``CallMemory``: the signature (and Gemini's own call id, when it gives one) by call
+id (unique: Gemini's, or ours with a random prefix), for the calls they streamed, the
+last 4,096 kept (only the turn in progress is checked by the API). The next request puts
+them back on the same parts, whichever instance makes it: an agent with its own
+``google.LLM`` that a handoff made current finds the signatures of the calls before it.
+A step no instance streamed (another provider's, after a fallback) goes with the
+documented stand-in signature instead.
 
 A request that fails before anything of the reply was yielded (the server could not be
 reached or cut the connection, HTTP 429 ``RESOURCE_EXHAUSTED``, 500 ``INTERNAL``, 503
@@ -45,6 +48,9 @@ from .._retry import RetryPolicy
 from .._timeout import Timeout
 from . import _convert
 from ._stream import CallMemory, StreamAssembler
+
+SHARED_CALL_MEMORY = CallMemory(limit=4096)
+"""Signatures by call id, shared by every ``LLM`` of the process (see the module)."""
 
 if TYPE_CHECKING:
     import aiohttp
@@ -145,9 +151,9 @@ class LLM(StreamedChat):
         self._generation = generation
         self._extra_body = extra
         self._declarations = _convert.Declarations()
-        self.call_memory = CallMemory()
-        """The thought signature and Gemini's call id of each call this LLM streamed
-        (see the module)."""
+        self.call_memory = SHARED_CALL_MEMORY
+        """The thought signature and Gemini's call id of each call streamed in this
+        process (see the module)."""
 
     def _auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._api_key} if self._api_key else {}
