@@ -87,6 +87,13 @@ async def _await_started(ws: aiohttp.ClientWebSocketResponse) -> str | None:
         message = await ws.receive()
         if message.type == aiohttp.WSMsgType.BINARY:
             continue
+        if message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+            # Lost without a closing handshake: a cut connection, which ``start`` tries
+            # again (``_retry`` reads the cause), as it does a cut before the upgrade.
+            lost = ConnectionResetError(
+                "the connection to GPT-Live was lost before the session started"
+            )
+            raise RealtimeError(str(lost)) from lost
         if message.type != aiohttp.WSMsgType.TEXT:
             raise RealtimeError("GPT-Live closed the connection before the session started")
         try:

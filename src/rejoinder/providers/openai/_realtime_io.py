@@ -105,6 +105,11 @@ async def read_until(
 
     while True:
         message = await ws.receive()
+        if message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+            # Lost without a closing handshake: a cut connection, which ``start`` tries
+            # again (``_retry`` reads the cause), as it does a cut before the upgrade.
+            lost = ConnectionResetError(f"the connection was lost before {wanted}")
+            raise RealtimeError(str(lost)) from lost
         if message.type != aiohttp.WSMsgType.TEXT:
             raise RealtimeError(f"the server closed the connection before {wanted}")
         try:
