@@ -51,6 +51,11 @@ class GeminiLiveHarness(RealtimeHarness):
     def stall_setup(self) -> None:
         self.server.answer_setup = False
 
+    async def cut_stalled_setup(self) -> None:
+        await self.server.wait_connected()
+        await self.server.drop()
+        self.server.answer_setup = True
+
     async def reply(self, text: str, *, usage: ResponseUsage | None = None) -> None:
         await self.server.output_transcript(text)
         await self.server.audio(0.3)

@@ -51,6 +51,11 @@ class GPTLiveHarness(RealtimeHarness):
     def stall_setup(self) -> None:
         self.server.answer_start = False
 
+    async def cut_stalled_setup(self) -> None:
+        await self.server.wait_connected()
+        await self.server.drop()
+        self.server.answer_start = True
+
     async def reply(self, text: str, *, usage: ResponseUsage | None = None) -> None:
         if usage is not None:
             raise NotSupported(

@@ -41,7 +41,8 @@ class OpenAIRealtimeHarness(RealtimeHarness):
         )
 
     def attempts(self) -> int:
-        return self.server.refused + len(self.server.connections)
+        servers = (self.server, self.silent)
+        return sum(server.refused + len(server.connections) for server in servers)
 
     def retries_of(self, session: RealtimeSession) -> int:
         assert isinstance(session, OpenAIRealtimeSession)
@@ -53,6 +54,14 @@ class OpenAIRealtimeHarness(RealtimeHarness):
 
     def stall_setup(self) -> None:
         self._url = self.silent.base_url
+
+    async def cut_stalled_setup(self) -> None:
+        await self.silent.wait_connected(len(self.silent.connections) + 1)
+        await self.silent.drop()
+        # The silent server never sends session.created by itself: send it to the retry.
+        retry = await self.silent.wait_connected(len(self.silent.connections) + 1)
+        created = {"id": retry.session_id, "object": "realtime.session", "type": "realtime"}
+        await self.silent.send({"type": "session.created", "session": created})
 
     async def reply(self, text: str, *, usage: ResponseUsage | None = None) -> None:
         number = next(self._ids)

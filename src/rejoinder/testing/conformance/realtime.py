@@ -9,7 +9,8 @@ open. The promises checked: a spoken reply arrives as agent audio at the model's
 transcript; a tool call arrives once, whole; usage comes with the response's end where
 the provider reports it; a transient refusal to connect is retried, a final one fails
 ``start`` with ``RealtimeError(fatal=True)`` naming the cause, and ``events()`` ends; a
-set-up that never completes fails ``start`` within the connect timeout; a dropped
+connection cut during its set-up is retried; a set-up that never completes fails
+``start`` within the connect timeout; a dropped
 connection is reported (``ConnectionLost``) and either reconnected (the next reply works)
 or the events end; a malformed frame is a non-fatal ``ProviderError`` and the session
 goes on; a cancelled ``start`` and ``aclose`` (idempotent, concurrent) leave nothing
@@ -116,6 +117,11 @@ class RealtimeHarness(ABC):
     def stall_setup(self) -> None:
         """The next connection is accepted but its set-up never completes (the server
         stays silent). Called before ``make``."""
+
+    @abstractmethod
+    async def cut_stalled_setup(self) -> None:
+        """After ``stall_setup``, while ``start`` waits on the stalled connection: cut it
+        (no closing handshake), and let the next connection's set-up complete."""
 
     @abstractmethod
     async def reply(self, text: str, *, usage: ResponseUsage | None = None) -> None:
@@ -354,6 +360,27 @@ class RealtimeConformance:
             await within(10.0, session.aclose(), "aclose")
             await model.aclose()
         await snapshot.assert_released("a failed start")
+
+    async def test_a_connection_cut_during_set_up_is_retried(
+        self, harness: RealtimeHarness
+    ) -> None:
+        stage(harness, "stall_setup")
+        model = harness.make()
+        session = model.session()
+        starting = asyncio.create_task(_start(session))
+        try:
+            await stage_async(harness, "cut_stalled_setup")
+            await within(GIVE_UP, starting, "start after a connection cut during its set-up")
+            try:
+                retries = harness.retries_of(session)
+            except NotSupported:
+                return
+            assert retries == 1, f"the session counts {retries} connect retries, not 1"
+        finally:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await within(10.0, session.aclose(), "aclose")
+            await model.aclose()
 
     # -- failures of a live session ----------------------------------------------------------
 
