@@ -64,6 +64,10 @@ class ElevenLabsHarness(TTSHarness):
         self.server.script(*[Refuse(401, "Invalid API key")] * times)
         return "401"
 
+    def drop_before_audio(self, text: str) -> float:
+        self.server.script(Cut(after=0))
+        return self.speak(text)
+
     def drop_mid_audio(self, text: str) -> None:
         self.server.script(Cut(after=1))
 

@@ -52,6 +52,10 @@ class OpenAISpeechHarness(TTSHarness):
         self.server.add_speech(*[ErrorReply(401, "Incorrect API key provided.")] * times)
         return "401"
 
+    def drop_before_audio(self, text: str) -> float:
+        self.server.add_speech(SpeechReply(tone(SECONDS), cut_after=0))
+        return self.speak(text)
+
     def drop_mid_audio(self, text: str) -> None:
         self.server.add_speech(SpeechReply(tone(SECONDS), cut_after=9600))  # after 0.2 s
 

@@ -6,7 +6,8 @@ The promises checked: the audio is all the server sent, in frames at the engine'
 ``sample_rate`` and ``num_channels`` (with word timings, if any, inside it); a
 ``StreamingTTS`` speaks pushed text the same way; a transient refusal before the first
 audio is retried, a final one raises ``TTSError`` with ``retryable`` right and the cause
-in the message; a cut, malformed data or a stall mid-audio raise within a bounded time,
+in the message, and so is a connection cut before the first audio; a cut, malformed data
+or a stall mid-audio raise within a bounded time,
 never a shorter audio that looks whole; stopping, cancelling or closing a synthesis
 midway leaves nothing behind and the next one works; ``aclose`` is idempotent and
 releases everything.
@@ -88,6 +89,12 @@ class TTSHarness(ABC):
         """The next ``times`` requests (or connection attempts) are refused: transiently
         (HTTP 429 or 503) or for good (HTTP 401). Returns text the engine's error must
         contain to name the cause (the status, or the server's message)."""
+
+    @abstractmethod
+    def drop_before_audio(self, text: str) -> float:
+        """The next synthesis of ``text`` is cut before any audio (the connection is lost
+        once the request is in), and the one after gets its whole audio; returns its
+        seconds, as ``speak`` does."""
 
     @abstractmethod
     def drop_mid_audio(self, text: str) -> None:
@@ -236,6 +243,15 @@ class TTSConformance:
         seconds = harness.speak(TEXT)
         before = harness.attempts()
         _whole(await _spoken(tts, TEXT, "a retried synthesis"), seconds, "a retried synthesis")
+        assert harness.attempts() - before == 2
+
+    async def test_a_drop_before_the_first_audio_is_retried(
+        self, harness: TTSHarness, tts: TTS
+    ) -> None:
+        seconds = stage(harness, "drop_before_audio", TEXT)
+        before = harness.attempts()
+        spoken = await _spoken(tts, TEXT, "a synthesis cut before its audio")
+        _whole(spoken, seconds, "a synthesis cut before its audio")
         assert harness.attempts() - before == 2
 
     async def test_retries_are_counted(self, harness: TTSHarness, tts: TTS) -> None:
