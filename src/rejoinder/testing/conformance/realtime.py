@@ -197,7 +197,7 @@ async def _start(session: RealtimeSession) -> Recorder:
     return recorder
 
 
-async def _start_fails(harness: RealtimeHarness, session: RealtimeSession) -> RealtimeError:
+async def _start_fails(session: RealtimeSession) -> RealtimeError:
     """``start`` must fail; its error, once ``events()`` ended too."""
     recorder = Recorder(session)
     try:
@@ -322,7 +322,7 @@ class RealtimeConformance:
         before = harness.attempts()
         session = model.session()
         try:
-            error = await _start_fails(harness, session)
+            error = await _start_fails(session)
         finally:
             await within(10.0, session.aclose(), "aclose")
         assert error.fatal is False, "a transient refusal may work later"
@@ -336,7 +336,7 @@ class RealtimeConformance:
         before = harness.attempts()
         session = model.session()
         try:
-            error = await _start_fails(harness, session)
+            error = await _start_fails(session)
         finally:
             await within(10.0, session.aclose(), "aclose")
         assert error.fatal is True, f"a refused key must be fatal: {error}"
@@ -353,7 +353,7 @@ class RealtimeConformance:
         bound = stall_bound(harness.stall_timeout)
         started = asyncio.get_running_loop().time()
         try:
-            error = await within(bound, _start_fails(harness, session), "a stalled set-up")
+            error = await within(bound, _start_fails(session), "a stalled set-up")
             assert error.fatal is False, "a set-up that timed out may work later"
             assert elapsed_since(started) <= bound
         finally:
