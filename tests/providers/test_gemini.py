@@ -635,6 +635,7 @@ async def test_thought_signatures_and_gemini_ids_are_sent_back_on_their_parts(
     moved = json.loads(json.dumps(server.requests[2]))
     moved["contents"][3]["parts"][0]["thoughtSignature"] = "c2lnLTE="
     assert "another part" in str(request_problem(moved, server.signatures))
+
     def first_signatures(body: dict[str, Any]) -> list[str | None]:
         return [
             next(p for p in c["parts"] if "functionCall" in p).get("thoughtSignature")
