@@ -2,8 +2,9 @@
 
     python bench/chat_ttft.py [--requests 200] [--tools 8]
 
-Each client (``anthropic.LLM`` against ``AnthropicServer``, ``openai.LLM`` against
-``OpenAIChatServer``, both on 127.0.0.1 in this process) sends ``--requests`` requests one
+Each client (``anthropic.LLM`` against ``AnthropicServer``, ``google.LLM`` against
+``GeminiServer``, ``openai.LLM`` against ``OpenAIChatServer``, all on 127.0.0.1 in this
+process) sends ``--requests`` requests one
 after another, each with a short conversation (a system prompt, an earlier tool call and
 its result, the user's question) and ``--tools`` tools offered; the server answers at
 once with a few text deltas. Measured: from ``chat()`` to the first text delta, and the
@@ -25,8 +26,9 @@ from typing import Any
 
 from rejoinder.models import ChatChunk, ChatContext, ToolDefinition
 from rejoinder.models.chat import FunctionCall, FunctionCallOutput
-from rejoinder.providers import anthropic, openai
+from rejoinder.providers import anthropic, google, openai
 from rejoinder.testing.anthropic_server import AnthropicServer, message
+from rejoinder.testing.gemini_server import GeminiServer, reply
 from rejoinder.testing.openai_chat_server import OpenAIChatServer, StreamReply, text_chunks
 
 WARMUP = 10
@@ -101,6 +103,10 @@ async def bench(requests: int, n_tools: int) -> list[dict[str, object]]:
         llm = anthropic.LLM(model="claude-test", base_url=server.base_url, api_key="k")
         results.append(await run("anthropic.LLM", llm, requests, offered))
         assert len(server.requests) == total
+    async with GeminiServer(lambda _: StreamReply(reply(*REPLY))) as server:
+        llm = google.LLM(model="gemini-test", base_url=server.base_url, api_key="k")
+        results.append(await run("google.LLM", llm, requests, offered))
+        assert len(server.requests) == total and server.rejected == []
     async with OpenAIChatServer(lambda _: StreamReply(text_chunks(*REPLY))) as server:
         llm = openai.LLM(model="test-model", base_url=server.base_url, api_key="k")
         results.append(await run("openai.LLM", llm, requests, offered))
