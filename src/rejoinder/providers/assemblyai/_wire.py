@@ -1,7 +1,8 @@
-"""AssemblyAI's Universal-Streaming wire: the request URL, opening the socket (the upgrade
-and the ``Begin`` message, with the retry policy), the audio encoding and chunking, the
-client messages and the server messages the client acts on. What an utterance makes of
-them is ``stt.py``'s business (which also cites the documentation pages). In short:
+"""AssemblyAI's Universal-Streaming wire: the request URL, the session's set-up (waiting for
+``Begin``), the audio chunking, the client messages and the server messages the client
+acts on. Opening the socket is ``.._ws``'s, the audio encoding ``.._audio_chunks``'s; what
+an utterance makes of the messages is ``stt.py``'s business (which also cites the
+documentation pages). In short:
 
 * the client opens ``wss://streaming.assemblyai.com/v3/ws?speech_model=...&sample_rate=16000
   &encoding=pcm_s16le&format_turns=true`` (and the turn settings
@@ -25,28 +26,27 @@ them is ``stt.py``'s business (which also cites the documentation pages). In sho
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from ...models.stt import STTError, Transcript
-from .._retry import RetryPolicy, retry_after, transient_status
+from .._audio_chunks import PCMCutter
+from .._ws import FATAL_CLOSE_CODES as _WEBSOCKET_FATAL_CLOSE_CODES
+from .._ws import TryAgain, close_of
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from ...models.audio import AudioFrame
-    from ...models.audio_utils import Resampler
-
 logger = logging.getLogger("rejoinder.providers.assemblyai")
 
 DEFAULT_BASE_URL = "wss://streaming.assemblyai.com/v3"
+"""The cloud API (the EU one is ``wss://streaming.eu.assemblyai.com/v3``)."""
+KEY_VARIABLE, URL_VARIABLE = "ASSEMBLYAI_API_KEY", "ASSEMBLYAI_BASE_URL"
 
 FORCE_ENDPOINT = json.dumps({"type": "ForceEndpoint"})
 TERMINATE = json.dumps({"type": "Terminate"})
@@ -63,26 +63,12 @@ TURN_SETTINGS = (
 """The query parameters ``UpdateConfiguration`` may change during a session."""
 
 # Close codes that say the request or the audio itself is wrong: trying again will not
-# help. 1008 is an unauthorized connection (key, balance); 3006 an invalid message; 3007
-# audio chunks of the wrong size or sent faster than real time.
-FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 3006, 3007})
+# help. Besides the WebSocket ones (1008 is an unauthorized connection: key, balance):
+# 3006 an invalid message; 3007 audio chunks of the wrong size or sent faster than real
+# time.
+FATAL_CLOSE_CODES = _WEBSOCKET_FATAL_CLOSE_CODES | {3006, 3007}
 
 QueryValue = str | int | float | bool | Sequence[str]
-
-
-def api_key_from(api_key: str | None) -> str | None:
-    """The key given, else ``$ASSEMBLYAI_API_KEY``; None when neither is set (or empty)."""
-    key = api_key if api_key is not None else os.environ.get("ASSEMBLYAI_API_KEY")
-    return key or None
-
-
-def base_url_from(base_url: str | None) -> str:
-    """The URL given, else ``$ASSEMBLYAI_BASE_URL``, else the cloud API (the EU one is
-    ``wss://streaming.eu.assemblyai.com/v3``). An ``http(s)://`` root becomes ``ws(s)://``."""
-    url = (base_url or os.environ.get("ASSEMBLYAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-    if url.startswith("http://") or url.startswith("https://"):
-        url = "ws" + url[4:]
-    return url
 
 
 def _query_value(value: QueryValue) -> str:
@@ -266,211 +252,50 @@ def _probability(value: object) -> float | None:
     return None
 
 
-def pcm_s16le(
-    frame: AudioFrame, rate: int, resampler: Resampler | None
-) -> tuple[bytes, Resampler | None]:
-    """``frame`` as little-endian 16-bit mono at ``rate`` (channels averaged), and the
-    streaming resampler to use for the next frame of the same utterance."""
-    from ...models.audio import AudioFrame
-    from ...models.audio_utils import Resampler
-
-    if frame.num_channels > 1:
-        mono = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-        frame = AudioFrame(mono.astype(frame.data.dtype), frame.sample_rate)
-    if frame.sample_rate == rate:
-        return frame.to_pcm(), resampler
-    if resampler is None or resampler.in_rate != frame.sample_rate:
-        resampler = Resampler(frame.sample_rate, rate)
-    resampled = resampler.push(frame)
-    return (resampled.to_pcm() if resampled is not None else b""), resampler
-
-
-class Chunker:
-    """Cuts the audio of a connection into messages of ``chunk`` bytes: the server refuses
+class Chunker(PCMCutter):
+    """Cuts the audio of a connection into messages of ``size`` bytes: the server refuses
     messages under 50 ms (and over 1000 ms). ``tail`` pads what is left to one chunk of
     silence, so an utterance's last words go out before ``ForceEndpoint``."""
 
-    def __init__(self, chunk: int) -> None:
-        self.chunk = chunk
-        self._pending = bytearray()
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
-    def push(self, pcm: bytes) -> list[bytes]:
-        self._pending += pcm
-        cut = len(self._pending) - len(self._pending) % self.chunk
-        if cut == 0:
-            return []
-        ready = bytes(self._pending[:cut])
-        del self._pending[:cut]
-        return [ready[at : at + self.chunk] for at in range(0, cut, self.chunk)]
-
     def tail(self) -> bytes:
-        if not self._pending:
-            return b""
-        padded = bytes(self._pending) + bytes(self.chunk - len(self._pending))
-        self._pending.clear()
-        return padded
+        rest = super().tail()
+        return rest + bytes(self.size - len(rest)) if rest else b""
 
 
-class _Refused(Exception):
-    def __init__(self, message: str, *, retryable: bool, wait: float | None = None) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.wait = wait
+async def began(ws: aiohttp.ClientWebSocketResponse, where: str) -> str:
+    """Read until ``Begin``: the session is open; returns its id. A session the server
+    ends first (an ``Error`` message, a close) is refused: ``TryAgain`` unless its code is
+    fatal (then ``STTError``, not retryable)."""
+    import aiohttp
 
-
-class Connector:
-    """Opens streaming sessions: the upgrade and the server's ``Begin``, one try bounded by
-    ``timeout``, retried after transient failures (unreachable, HTTP 429/5xx, a session
-    closed before it began with a code that is not fatal) as ``policy`` allows. 401/403,
-    other refusals, 1008 and timeouts are not retried: the key, the query or the limit is
-    wrong."""
-
-    def __init__(
-        self,
-        url: str,
-        api_key: str | None,
-        *,
-        timeout: float,
-        close_timeout: float,
-        policy: RetryPolicy,
-        http_session: aiohttp.ClientSession | None,
-    ) -> None:
-        self.url = url
-        self._headers = {"User-Agent": "rejoinder/0.1"}
-        if api_key:
-            self._headers["Authorization"] = api_key  # the key itself, no scheme
-        self.timeout, self._close_timeout, self.policy = timeout, close_timeout, policy
-        self._session = http_session
-        self._owns_session = http_session is None
-        self.retries = 0
-        """How many times a connection attempt was retried so far."""
-        self.session_id: str | None = None
-        """The ``Begin`` message's id of the latest session."""
-
-    @property
-    def where(self) -> str:
-        return self.url.split("?", 1)[0]  # for messages: the query is noise there
-
-    async def connect(self, closing: Callable[[], bool]) -> aiohttp.ClientWebSocketResponse:
-        """A socket whose session began, or ``STTError`` saying why there is none."""
-        retries = 0
-        while True:
+    error: ServerError | None = None
+    while True:
+        message = await ws.receive()
+        if message.type == aiohttp.WSMsgType.TEXT:
             try:
-                return await self._try()
-            except _Refused as failure:
-                if not failure.retryable or closing():
-                    raise STTError(str(failure), retryable=False) from failure
-                wait = self.policy.next_wait(retries, failure.wait)
-                if isinstance(wait, str):
-                    message = f"{failure} ({wait})" if wait else str(failure)
-                    raise STTError(message, retryable=True) from failure
-                retries += 1
-                self.retries += 1
-                logger.warning(
-                    "assemblyai: %s; retry %d of %d in %.2f s",
-                    failure,
-                    retries,
-                    self.policy.max_retries,
-                    wait,
-                )
-                await asyncio.sleep(wait)
-
-    async def _try(self) -> aiohttp.ClientWebSocketResponse:
-        import aiohttp
-
-        if self._session is None or (self._owns_session and self._session.closed):
-            self._session = aiohttp.ClientSession()
-        where = self.where
-        ws: aiohttp.ClientWebSocketResponse | None = None
-        try:
-            async with asyncio.timeout(self.timeout):
-                ws = await self._session.ws_connect(
-                    self.url,
-                    headers=self._headers,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=self._close_timeout),
-                )
-                self.session_id = await self._began(ws)
-                return ws
-        except aiohttp.WSServerHandshakeError as exc:
-            hint = " (check the API key)" if exc.status in (401, 403) else ""
-            raise _Refused(
-                f"AssemblyAI refused the connection to {where}: HTTP {exc.status}: "
-                f"{exc.message}{hint}",
-                retryable=transient_status(exc.status),
-                wait=retry_after(exc.headers),
-            ) from exc
-        except TimeoutError as exc:
-            await _close_quietly(ws, self._close_timeout)
-            what = "connecting to" if ws is None else "waiting for the session to begin at"
-            message = f"timed out {what} {where} (after {self.timeout:g} s)"
-            raise _Refused(message, retryable=False) from exc
-        except _Refused:
-            await _close_quietly(ws, self._close_timeout)
-            raise
-        except (aiohttp.InvalidURL, aiohttp.ClientSSLError) as exc:
-            raise _Refused(f"cannot connect to {where}: {exc}", retryable=False) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            await _close_quietly(ws, self._close_timeout)
-            raise _Refused(f"cannot connect to {where}: {describe(exc)}", retryable=True) from exc
-
-    async def _began(self, ws: aiohttp.ClientWebSocketResponse) -> str:
-        """Read until ``Begin``: the session is open. A session the server ends first
-        (an ``Error`` message, a close) is refused, retryable unless its code is fatal."""
-        import aiohttp
-
-        error: ServerError | None = None
-        while True:
-            message = await ws.receive()
-            if message.type == aiohttp.WSMsgType.TEXT:
-                try:
-                    parsed = parse(message.data)
-                except ValueError:
-                    logger.warning("assemblyai: ignoring a malformed message before Begin")
-                    continue
-                if isinstance(parsed, Begin):
-                    return parsed.session_id
-                if isinstance(parsed, ServerError):
-                    error = parsed
+                parsed = parse(message.data)
+            except ValueError:
+                logger.warning("assemblyai: ignoring a malformed message before Begin")
                 continue
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING):
-                code = message.data if isinstance(message.data, int) else ws.close_code
-                reason = message.extra if isinstance(message.extra, str) else ""
-            elif message.type == aiohttp.WSMsgType.CLOSED:
-                code, reason = ws.close_code, ""
-            else:
-                continue
-            if error is not None:
-                code = error.code if error.code is not None else code
-                reason = error.message
-            raise _Refused(
-                f"AssemblyAI ended the session at {self.where} before it began "
-                f"({code}{' ' + reason if reason else ''})",
-                retryable=code not in FATAL_CLOSE_CODES,
-            )
-
-    async def aclose(self) -> None:
-        """Close the HTTP session this connector created (one passed in is left open)."""
-        session, self._session = self._session, None
-        if self._owns_session and session is not None and not session.closed:
-            await session.close()
-
-
-async def _close_quietly(ws: aiohttp.ClientWebSocketResponse | None, seconds: float) -> None:
-    if ws is None:
-        return
-    try:
-        async with asyncio.timeout(seconds):
-            await ws.close()
-    except Exception:  # it failed already: the first error is the one told
-        logger.debug("assemblyai: closing a failed connection failed too", exc_info=True)
-
-
-def describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            if isinstance(parsed, Begin):
+                return parsed.session_id
+            if isinstance(parsed, ServerError):
+                error = parsed
+            continue
+        if message.type not in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSING,
+            aiohttp.WSMsgType.CLOSED,
+        ):
+            continue
+        code, reason = close_of(ws, message)
+        if error is not None:
+            code = error.code if error.code is not None else code
+            reason = error.message
+        refused = (
+            f"AssemblyAI ended the session at {where} before it began "
+            f"({code}{' ' + reason if reason else ''})"
+        )
+        if code in FATAL_CLOSE_CODES:
+            raise STTError(refused, retryable=False)
+        raise TryAgain(refused)

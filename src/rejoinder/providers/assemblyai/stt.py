@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...models.stt import StreamingSTT, STTError, Transcript
+from .. import _ws
+from .._audio_chunks import pcm16_mono, resampler_tail
 from .._retry import RetryPolicy
 from . import _wire
 
@@ -168,8 +170,8 @@ class STT(StreamingSTT):
             min_end_of_turn_silence_when_confident,
             max_turn_silence,
         )
-        key = _wire.api_key_from(api_key)
-        self._base_url = _wire.base_url_from(base_url)
+        key = _ws.api_key_from(api_key, _wire.KEY_VARIABLE)
+        self._base_url = _ws.ws_base_url(base_url, _wire.URL_VARIABLE, _wire.DEFAULT_BASE_URL)
         if key is None and self._base_url == _wire.DEFAULT_BASE_URL:
             raise ValueError(
                 "assemblyai.STT needs an API key: pass api_key=... or set ASSEMBLYAI_API_KEY"
@@ -186,14 +188,20 @@ class STT(StreamingSTT):
             "keyterms_prompt": list(keyterms_prompt) if keyterms_prompt else None,
             **dict(extra_query or {}),
         }
-        self._connector = _wire.Connector(
-            _wire.streaming_url(self._base_url, self._params),
-            key,
+        self._url = _wire.streaming_url(self._base_url, self._params)
+        self._dialer = _ws.Dialer(
+            who="AssemblyAI",
+            owner="assemblyai.STT",
+            headers={"Authorization": key} if key else {},  # the key itself, no scheme
             timeout=timeout,
             close_timeout=close_timeout,
             policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
             http_session=http_session,
+            error=STTError,
+            log=logger,
         )
+        self._connect_timeout = timeout
+        self._session_id: str | None = None
         self._chunk_bytes = 2 * round(sample_rate * chunk_ms / 1000)
         self._finalize_timeout = finalize_timeout
         self._no_words_timeout = min(no_words_timeout, finalize_timeout)
@@ -216,17 +224,17 @@ class STT(StreamingSTT):
     @property
     def url(self) -> str:
         """The ``/ws`` URL with its query, as connected to."""
-        return self._connector.url
+        return self._url
 
     @property
     def retries(self) -> int:
         """How many times a connection attempt was retried so far."""
-        return self._connector.retries
+        return self._dialer.retries
 
     @property
     def session_id(self) -> str | None:
         """The id AssemblyAI gave the latest streaming session (its ``Begin`` message)."""
-        return self._connector.session_id
+        return self._session_id
 
     def __repr__(self) -> str:
         return f"assemblyai.STT(speech_model={self._model!r}, base_url={self._base_url!r})"
@@ -249,7 +257,7 @@ class STT(StreamingSTT):
         if not settings or self._closing:
             return
         self._params.update(settings)
-        self._connector.url = _wire.streaming_url(self._base_url, self._params)
+        self._url = _wire.streaming_url(self._base_url, self._params)
         if self._task is not None and not self._task.done():
             self._queue.put_nowait(_wire.UpdateConfiguration(settings))
 
@@ -292,9 +300,9 @@ class STT(StreamingSTT):
         self._ensure_running()
         # Bounded even if the task is stuck: every connection attempt and backoff, then
         # the wait for the turns to end.
-        policy = self._connector.policy
+        policy = self._dialer.policy
         bound = (
-            self._connector.timeout * (policy.max_retries + 1)
+            self._connect_timeout * (policy.max_retries + 1)
             + policy.retry_backoff_cap * policy.max_retries
             + self._finalize_timeout
             + self._close_timeout
@@ -328,7 +336,7 @@ class STT(StreamingSTT):
                 await task
         self._fail_all(STTError("assemblyai.STT was closed", retryable=True))
         with contextlib.suppress(Exception):
-            await self._connector.aclose()
+            await self._dialer.aclose()
 
     # -- the background task -----------------------------------------------------------------
 
@@ -345,7 +353,9 @@ class STT(StreamingSTT):
             if isinstance(item, _wire.UpdateConfiguration) or self._settled_without_sending(item):
                 continue  # a setting is in the URL of the next connection already
             try:
-                ws = await self._connector.connect(lambda: self._closing)
+                ws = await self._dialer.connect(
+                    self._url, setup=self._began, may_retry=lambda: not self._closing
+                )
             except STTError as error:
                 item[0].error = error
                 self._finish(item[0], error)
@@ -354,6 +364,9 @@ class STT(StreamingSTT):
             await self._serve(ws, item)
             if self._closing:
                 return
+
+    async def _began(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._session_id = await _wire.began(ws, self._url.split("?", 1)[0])
 
     def _settled_without_sending(self, item: tuple[_Utterance, AudioFrame | None]) -> bool:
         """Items that need no (new) connection: a failed or dropped utterance's audio, the
@@ -392,7 +405,7 @@ class STT(StreamingSTT):
             self._ws = None
             why, code = ended[0] if isinstance(ended[0], tuple) else (None, None)
             if isinstance(ended[1], Exception) and not isinstance(ended[1], asyncio.CancelledError):
-                why = why or f"sending failed: {_wire.describe(ended[1])}"
+                why = why or f"sending failed: {_ws.describe(ended[1])}"
             self._connection_ended(
                 why or "the connection to AssemblyAI ended",
                 code if code is not None else ws.close_code,
@@ -424,15 +437,14 @@ class STT(StreamingSTT):
             self._open.append(utterance)
         if frame is not None:
             rate = self._sample_rate
-            pcm, utterance.resampler = _wire.pcm_s16le(frame, rate, utterance.resampler)
+            pcm, utterance.resampler = pcm16_mono(frame, rate, utterance.resampler)
             for chunk in self._chunker.push(pcm):
                 await self._send_audio(ws, chunk)
             return
         resampler, utterance.resampler = utterance.resampler, None
-        if resampler is not None:  # what the resampler still holds ends the utterance
-            tail = resampler.flush()
-            for chunk in self._chunker.push(tail.to_pcm() if tail is not None else b""):
-                await self._send_audio(ws, chunk)
+        # What the resampler still holds ends the utterance.
+        for chunk in self._chunker.push(resampler_tail(resampler)):
+            await self._send_audio(ws, chunk)
         await self._send_audio(ws, self._chunker.tail())
         await ws.send_str(_wire.FORCE_ENDPOINT)
         loop = asyncio.get_running_loop()
@@ -457,14 +469,8 @@ class STT(StreamingSTT):
                 if error is not None:
                     why = f"AssemblyAI reported an error: {error.code} {error.message}"
                     return why, error.code
-            elif message.type == aiohttp.WSMsgType.CLOSE:
-                reason = f" {message.extra}" if message.extra else ""
-                return f"AssemblyAI closed the connection ({message.data}{reason})", message.data
-            elif message.type == aiohttp.WSMsgType.ERROR:
-                why = f"the connection to AssemblyAI failed: {_wire.describe(ws.exception())}"
-                return why, None
-            elif message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-                return "the connection to AssemblyAI was lost", None
+            elif (ended := _ws.ended_by(ws, message, "AssemblyAI")) is not None:
+                return ended
             else:
                 logger.debug("assemblyai: ignoring a %s message", message.type.name)
 

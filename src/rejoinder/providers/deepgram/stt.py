@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...models.stt import StreamingSTT, STTError
+from .. import _ws
+from .._audio_chunks import pcm16_mono, resampler_tail
 from .._retry import RetryPolicy
 from . import _wire
 
@@ -65,7 +67,6 @@ logger = logging.getLogger("rejoinder.providers.deepgram")
 
 _CLOSE = object()  # queued by aclose: send CloseStream and stop
 _EPSILON = 1e-3  # seconds: stream times are floats rounded by the server
-_FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008})  # the request itself was bad
 
 
 class _Utterance:
@@ -156,15 +157,15 @@ class STT(StreamingSTT):
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        key = _wire.api_key_from(api_key)
-        self._base_url = _wire.base_url_from(base_url)
+        key = _ws.api_key_from(api_key, _wire.KEY_VARIABLE)
+        self._base_url = _ws.ws_base_url(base_url, _wire.URL_VARIABLE, _wire.DEFAULT_BASE_URL)
         if key is None and self._base_url == _wire.DEFAULT_BASE_URL:
             raise ValueError(
                 "deepgram.STT needs an API key: pass api_key=... or set DEEPGRAM_API_KEY"
             )
         self._model = model
         self._sample_rate = sample_rate
-        url = _wire.listen_url(
+        self._url = _wire.listen_url(
             self._base_url,
             {
                 "model": model,
@@ -181,14 +182,19 @@ class STT(StreamingSTT):
                 **dict(extra_query or {}),
             },
         )
-        self._connector = _wire.Connector(
-            url,
-            key,
+        self._dialer = _ws.Dialer(
+            who="Deepgram",
+            owner="deepgram.STT",
+            headers={"Authorization": f"Token {key}"} if key else {},
             timeout=timeout,
             close_timeout=close_timeout,
             policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
             http_session=http_session,
+            error=STTError,
+            log=logger,
+            reason_header=_wire.REASON_HEADER,
         )
+        self._connect_timeout = timeout
         self._keepalive_interval = keepalive_interval
         self._finalize_timeout = finalize_timeout
         self._close_timeout = close_timeout
@@ -208,12 +214,12 @@ class STT(StreamingSTT):
     @property
     def url(self) -> str:
         """The ``/listen`` URL with its query, as connected to."""
-        return self._connector.url
+        return self._url
 
     @property
     def retries(self) -> int:
         """How many times a connection attempt was retried so far."""
-        return self._connector.retries
+        return self._dialer.retries
 
     def __repr__(self) -> str:
         return f"deepgram.STT(model={self._model!r}, base_url={self._base_url!r})"
@@ -252,9 +258,9 @@ class STT(StreamingSTT):
         self._ensure_running()
         # Bounded even if the task is stuck: every connection attempt and backoff, then
         # the wait for the final results.
-        policy = self._connector.policy
+        policy = self._dialer.policy
         bound = (
-            self._connector.timeout * (policy.max_retries + 1)
+            self._connect_timeout * (policy.max_retries + 1)
             + policy.retry_backoff_cap * policy.max_retries
             + self._finalize_timeout
             + self._close_timeout
@@ -288,7 +294,7 @@ class STT(StreamingSTT):
                 await task
         self._fail_all(STTError("deepgram.STT was closed", retryable=True))
         with contextlib.suppress(Exception):
-            await self._connector.aclose()
+            await self._dialer.aclose()
 
     # -- the background task -----------------------------------------------------------------
 
@@ -305,7 +311,7 @@ class STT(StreamingSTT):
             if self._settled_without_sending(item):
                 continue
             try:
-                ws = await self._connector.connect(lambda: self._closing)
+                ws = await self._dialer.connect(self._url, may_retry=lambda: not self._closing)
             except STTError as error:
                 item[0].error = error
                 self._finish(item[0], error)
@@ -350,7 +356,7 @@ class STT(StreamingSTT):
             self._ws = None
             why = ended[0] if isinstance(ended[0], str) else None
             if isinstance(ended[1], Exception) and not isinstance(ended[1], asyncio.CancelledError):
-                why = why or f"sending failed: {_wire.describe(ended[1])}"
+                why = why or f"sending failed: {_ws.describe(ended[1])}"
             self._connection_ended(why or "the connection to Deepgram ended", ws.close_code)
 
     async def _send(
@@ -385,13 +391,12 @@ class STT(StreamingSTT):
             utterance.connection, utterance.start = connection, self._stream_time
             self._open.append(utterance)
         if frame is not None:
-            pcm, utterance.resampler = _wire.linear16(frame, self._sample_rate, utterance.resampler)
+            pcm, utterance.resampler = pcm16_mono(frame, self._sample_rate, utterance.resampler)
             await self._send_pcm(ws, pcm)
             return
         resampler, utterance.resampler = utterance.resampler, None
-        if resampler is not None:  # what the resampler still holds ends the utterance
-            tail = resampler.flush()
-            await self._send_pcm(ws, tail.to_pcm() if tail is not None else b"")
+        # What the resampler still holds ends the utterance.
+        await self._send_pcm(ws, resampler_tail(resampler))
         await ws.send_str(_wire.FINALIZE)
         utterance.finalize_sent = True
         utterance.timer = asyncio.get_running_loop().call_later(
@@ -414,13 +419,8 @@ class STT(StreamingSTT):
                 error = self._on_text(message.data)
                 if error is not None:
                     return f"Deepgram reported an error: {error}"
-            elif message.type == aiohttp.WSMsgType.CLOSE:
-                reason = f" {message.extra}" if message.extra else ""
-                return f"Deepgram closed the connection ({message.data}{reason})"
-            elif message.type == aiohttp.WSMsgType.ERROR:
-                return f"the connection to Deepgram failed: {_wire.describe(ws.exception())}"
-            elif message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-                return "the connection to Deepgram was lost"
+            elif (ended := _ws.ended_by(ws, message, "Deepgram")) is not None:
+                return ended[0]
             else:
                 logger.debug("deepgram: ignoring a %s message", message.type.name)
 
@@ -516,7 +516,7 @@ class STT(StreamingSTT):
         if self._closing and close_code in (1000, None):
             error = STTError("deepgram.STT was closed", retryable=True)
         else:
-            retryable = close_code not in _FATAL_CLOSE_CODES
+            retryable = close_code not in _ws.FATAL_CLOSE_CODES
             error = STTError(why, retryable=retryable)
             if self._open:
                 logger.warning("deepgram: %s; open utterances fail", why)
