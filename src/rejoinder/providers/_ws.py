@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FATAL_CLOSE_CODES",
+    "KEY_REFUSALS",
     "USER_AGENT",
     "Dialer",
     "ProviderError",
@@ -57,6 +58,8 @@ FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
 """Close codes after which the same request cannot work: protocol error, unsupported or
 invalid data, policy violation (a bad key, the quota), message too big, missing
 extension. A provider adds its own (AssemblyAI's 3006, 3007)."""
+KEY_REFUSALS = {401: "the API key was refused", 403: "forbidden"}
+"""``explanations`` for a server that says no more than its status about a key."""
 _KEY_HINT = " (check the API key)"
 _HANDSHAKE_WITHOUT_REASON = "Invalid response status"  # aiohttp's words for any non-101
 

@@ -20,7 +20,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...models.tts import TTSError
-from ._wire import Transient, close_failure, parse_message, server_error
+from .._tts_stream import Transient, close_failure, parse_message
+from .._ws import close_of
+from ._wire import server_error
 
 if TYPE_CHECKING:
     import aiohttp
@@ -124,7 +126,7 @@ class Connection:
                 message = await self._ws.receive()
                 if message.type in closing:
                     if self._inboxes:
-                        self.end(close_failure(self._ws.close_code, message.extra))
+                        self.end(close_failure("Cartesia", *close_of(self._ws, message)))
                     else:  # idle (Cartesia closes a socket idle for 5 minutes): no loss
                         logger.debug("cartesia.TTS: connection closed (%s)", self._ws.close_code)
                         self.end(Transient("the Cartesia connection was closed"))
@@ -132,7 +134,7 @@ class Connection:
                 if message.type != aiohttp.WSMsgType.TEXT:
                     self.end(TTSError(f"Cartesia sent an unexpected {message.type.name} message"))
                     return
-                self._route(parse_message(message.data))
+                self._route(parse_message("Cartesia", message.data))
         except TTSError as error:  # a message that is not JSON: nothing can be trusted
             self.end(error)
         except asyncio.CancelledError:

@@ -1,5 +1,6 @@
-"""The Cartesia TTS WebSocket wire, without I/O: server messages read (JSON, audio chunks,
-word timestamps, errors, closes) and the reported words placed on the words as written.
+"""The Cartesia TTS WebSocket wire, without I/O: server messages read (audio chunks, word
+timestamps, errors) and the reported words placed on the words as written. What a message
+that is not JSON or a close means is decided with ElevenLabs' in ``.._tts_stream``.
 
 Server messages are JSON objects with a ``type``: ``chunk`` (base64 ``data``),
 ``timestamps`` (``word_timestamps``: three parallel lists ``words``, ``start``, ``end``, in
@@ -27,40 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...models.tts import TTSError, WordTiming
-from .._json import loads
 from .._retry import transient_status
-from ..elevenlabs._wire import FrameCutter, Transient
+from .._tts_stream import Transient
 
 __all__ = [
-    "FATAL_CLOSE_CODES",
-    "FrameCutter",
-    "Transient",
     "WordMatcher",
-    "close_failure",
     "decode_chunk",
-    "parse_message",
     "parse_word_timestamps",
     "server_error",
 ]
 
-# Close codes after which the same request cannot work: protocol error, unsupported or
-# invalid data, policy violation (a bad key), too big, missing extension.
-FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
 LOOKAHEAD = 4
 """Written words a reported word is looked for in before it counts as a spoken form of
 the current one (a skipped or normalized word is found again within a few words)."""
 _LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
-
-
-def parse_message(raw: str) -> dict[str, Any]:
-    """A server message as a JSON object, or a ``TTSError`` saying what came instead."""
-    try:
-        data = loads(raw)
-    except ValueError as exc:
-        raise TTSError(f"Cartesia sent a message that is not JSON: {raw[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise TTSError(f"Cartesia sent a message that is not a JSON object: {raw[:80]!r}")
-    return data
 
 
 def server_error(message: Mapping[str, Any]) -> TTSError:
@@ -76,16 +57,6 @@ def server_error(message: Mapping[str, Any]) -> TTSError:
     if isinstance(status, int) and not isinstance(status, bool) and transient_status(status):
         return Transient(described)
     return TTSError(described, retryable=False)
-
-
-def close_failure(code: int | None, reason: object) -> TTSError:
-    """The connection closed under a context that was not done: fatal for a policy code,
-    otherwise a drop that a new connection may get past."""
-    why = f": {reason}" if isinstance(reason, str) and reason else ""
-    text = f"Cartesia closed the connection before the end of the audio (code {code}{why})"
-    if code in FATAL_CLOSE_CODES:
-        return TTSError(text, retryable=False)
-    return Transient(text)
 
 
 def decode_chunk(message: Mapping[str, Any]) -> bytes | None:

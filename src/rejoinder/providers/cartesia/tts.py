@@ -55,23 +55,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import models
 from ...models.tts import TTSError, TTSStream, WordTiming
-from .._retry import RetryPolicy, retry_after, transient_status
+from .. import _ws
+from .._audio_chunks import PCMCutter
+from .._retry import RetryPolicy
 from .._timeout import Timeout
+from .._tts_stream import Transient
 from ._connection import CLOSE_TIMEOUT, Connection, Inbox
-from ._wire import (
-    FrameCutter,
-    Transient,
-    WordMatcher,
-    decode_chunk,
-    parse_word_timestamps,
-    server_error,
-)
+from ._wire import WordMatcher, decode_chunk, parse_word_timestamps, server_error
 
 if TYPE_CHECKING:
     import aiohttp
@@ -87,7 +82,6 @@ API_VERSION = "2025-04-16"
 """The ``Cartesia-Version`` this client was written against."""
 SAMPLE_RATES = frozenset({8000, 16000, 22050, 24000, 44100, 48000})
 """The sample rates of the raw output format."""
-_USER_AGENT = "rejoinder/0.1"
 _FLUSH = None  # in a stream's inputs: a flush boundary, not text
 _BREAKS = " \n\t\r\u3000。！？，、；："
 """Where a piece of streamed text may end: whitespace, and the punctuation that ends a
@@ -154,22 +148,30 @@ class TTS(models.StreamingTTS):
         self.voice_id = voice_id
         self.model = model
         self.language = language
-        self._api_key = (
-            api_key if api_key is not None else os.environ.get("CARTESIA_API_KEY")
-        ) or None
-        root = base_url or os.environ.get("CARTESIA_BASE_URL") or DEFAULT_BASE_URL
-        for http, ws in (("https://", "wss://"), ("http://", "ws://")):
-            if root.startswith(http):
-                root = ws + root[len(http) :]
-        self._base_url = root.rstrip("/")
-        self._api_version = api_version
+        self._api_key = _ws.api_key_from(api_key, "CARTESIA_API_KEY")
+        self._base_url = _ws.ws_base_url(base_url, "CARTESIA_BASE_URL", DEFAULT_BASE_URL)
         self._max_buffer_delay_ms = max_buffer_delay_ms
         self._generation_config = dict(generation_config) if generation_config else None
         self._frame_bytes = sample_rate * frame_ms // 1000 * 2
         self._timeout = Timeout.of(timeout)
         self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self._session = http_session
-        self._owns_session = http_session is None
+        headers = {"Cartesia-Version": api_version}
+        if self._api_key:
+            headers["X-API-Key"] = self._api_key
+        self._dialer = _ws.Dialer(
+            who="Cartesia",
+            owner="cartesia.TTS",
+            headers=headers,
+            timeout=self._timeout.connect,
+            close_timeout=CLOSE_TIMEOUT,
+            policy=self._retry,
+            http_session=http_session,
+            error=TTSError,
+            transient=Transient,
+            log=logger,
+            max_msg_size=16 * 1024 * 1024,
+            explanations=_ws.KEY_REFUSALS,
+        )
         self._connection: Connection | None = None
         self._connect_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.retries = 0
@@ -239,10 +241,12 @@ class TTS(models.StreamingTTS):
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.aclose()
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            if not session.closed:
-                await session.close()
+        await self._dialer.aclose()
+
+    @property
+    def _session(self) -> aiohttp.ClientSession | None:
+        """The HTTP session the connections run on (None once ``aclose`` closed it)."""
+        return self._dialer.session
 
     # -- the shared connection ------------------------------------------------------------
 
@@ -262,46 +266,9 @@ class TTS(models.StreamingTTS):
                 self._connection = None
                 with contextlib.suppress(RuntimeError):  # made on a loop now gone
                     await connection.aclose()
-            self._connection = Connection(await self._connect())
+            self._connection = Connection(await self._dialer.open(self.url))
             self.connects += 1
             return self._connection
-
-    async def _connect(self) -> aiohttp.ClientWebSocketResponse:
-        import aiohttp
-
-        if self._session is None or self._session.closed:
-            if not self._owns_session:
-                raise TTSError("the http_session given to cartesia.TTS is closed")
-            self._session = aiohttp.ClientSession()
-        headers = {"User-Agent": _USER_AGENT, "Cartesia-Version": self._api_version}
-        if self._api_key:
-            headers["X-API-Key"] = self._api_key
-        try:
-            async with asyncio.timeout(self._timeout.connect):
-                return await self._session.ws_connect(
-                    self.url,
-                    headers=headers,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT),
-                    max_msg_size=16 * 1024 * 1024,
-                )
-        except aiohttp.WSServerHandshakeError as exc:
-            if transient_status(exc.status):
-                raise Transient(
-                    f"{self.url} answered HTTP {exc.status}", wait=retry_after(exc.headers)
-                ) from exc
-            why = {401: ": the API key was refused", 403: ": forbidden"}
-            raise TTSError(
-                f"{self.url} refused the connection with HTTP {exc.status}{why.get(exc.status, '')}"
-            ) from exc
-        except TimeoutError as exc:  # the caller's limit: not retried, but may work later
-            raise TTSError(
-                f"timed out connecting to {self.url} (after {self._timeout.connect}s)",
-                retryable=True,
-            ) from exc
-        except (aiohttp.InvalidURL, aiohttp.ClientSSLError, ValueError) as exc:
-            raise TTSError(f"cannot connect to {self.url}: {exc}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise Transient(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from exc
 
     def _abandon(self, connection: Connection, error: TTSError) -> None:
         """Drop a connection that cannot be trusted any more; the next stream reconnects."""
@@ -470,7 +437,7 @@ class _Stream(TTSStream):
         from ...models.audio import AudioFrame
 
         rate, read = self._tts.sample_rate, self._tts._timeout.read
-        cutter = FrameCutter(self._tts._frame_bytes)
+        cutter = PCMCutter(self._tts._frame_bytes)
         while True:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + read if self._input_done and read is not None else None

@@ -1,5 +1,7 @@
-"""The stream-input wire, without I/O: server messages read (JSON, errors, the character
-alignment turned into ``WordTiming``s) and audio bytes cut into frames.
+"""The stream-input wire, without I/O: server messages read (errors, audio, the character
+alignment turned into ``WordTiming``s). What a message that is not JSON or a close means
+is decided with Cartesia's in ``.._tts_stream``; cutting audio into frames is
+``.._audio_chunks``'s.
 
 An audio message of the stream-input WebSocket carries ``alignment``: three parallel
 lists, ``chars``, ``charStartTimesMs`` and ``charsDurationsMs`` (the SDKs also spell them
@@ -16,29 +18,21 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...models.tts import TTSError, WordTiming
+from .._ws import FATAL_CLOSE_CODES
 
 __all__ = [
-    "FATAL_CLOSE_CODES",
     "Alignment",
-    "FrameCutter",
-    "Transient",
     "WordAligner",
-    "close_failure",
     "decode_audio",
     "parse_alignment",
-    "parse_message",
     "server_error",
 ]
 
-# Close codes after which the same request cannot work: protocol error, unsupported or
-# invalid data, policy violation (a bad key, the quota), too big, missing extension.
-FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
 _FATAL_ERROR_WORDS = ("api key", "api_key", "unauthorized", "quota", "invalid", "not found")
 
 
@@ -115,27 +109,6 @@ class WordAligner:
         return word
 
 
-class FrameCutter:
-    """Cuts PCM bytes arriving in pieces of any length (a sample may be split across two)
-    into frames of ``frame_bytes``; ``tail`` is what is left at the end."""
-
-    def __init__(self, frame_bytes: int) -> None:
-        self._frame_bytes = frame_bytes
-        self._pending = b""
-
-    def push(self, pcm: bytes) -> list[bytes]:
-        self._pending += pcm
-        size = self._frame_bytes
-        cut = len(self._pending) - len(self._pending) % size
-        frames = [self._pending[i : i + size] for i in range(0, cut, size)]
-        self._pending = self._pending[cut:]
-        return frames
-
-    def tail(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        return rest[: len(rest) - len(rest) % 2]  # an odd last byte is half a sample
-
-
 def server_error(message: Mapping[str, Any]) -> TTSError:
     """The ``TTSError`` for an error message: not retryable when it names the key, the
     quota or an invalid request, or carries a policy close code or a 4xx code."""
@@ -148,35 +121,6 @@ def server_error(message: Mapping[str, Any]) -> TTSError:
         fatal = True
     suffix = f" ({details})" if details else ""
     return TTSError(f"ElevenLabs reported an error: {text}{suffix}", retryable=not fatal)
-
-
-def parse_message(raw: str) -> dict[str, Any]:
-    """A server message as a JSON object, or a ``TTSError`` saying what came instead."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise TTSError(f"ElevenLabs sent a message that is not JSON: {raw[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise TTSError(f"ElevenLabs sent a message that is not a JSON object: {raw[:80]!r}")
-    return data
-
-
-class Transient(TTSError):
-    """A failure the connection may be tried again after, if nothing was yielded yet."""
-
-    def __init__(self, message: str, *, wait: float | None = None) -> None:
-        super().__init__(message, retryable=True)
-        self.wait = wait
-
-
-def close_failure(code: int | None, reason: object) -> TTSError:
-    """The connection closed before ``isFinal``: fatal for a policy code (a bad key, the
-    quota, a bad message), otherwise a drop that a new connection may get past."""
-    why = f": {reason}" if isinstance(reason, str) and reason else ""
-    text = f"ElevenLabs closed the connection before the end of the audio (code {code}{why})"
-    if code in FATAL_CLOSE_CODES:
-        return TTSError(text, retryable=False)
-    return Transient(text)
 
 
 def decode_audio(message: Mapping[str, Any]) -> tuple[bytes, Alignment | None] | None:

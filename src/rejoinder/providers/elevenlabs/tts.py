@@ -46,16 +46,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from ... import models
 from ...models.tts import TTSError, TTSStream, WordTiming
-from .._retry import RetryPolicy, retry_after, transient_status
+from .. import _ws
+from .._audio_chunks import PCMCutter
+from .._retry import RetryPolicy
 from .._timeout import Timeout
-from ._wire import FrameCutter, Transient, WordAligner, close_failure, decode_audio, parse_message
+from .._tts_stream import Transient, close_failure, parse_message
+from ._wire import WordAligner, decode_audio
 
 if TYPE_CHECKING:
     import aiohttp
@@ -72,7 +74,7 @@ SAMPLE_RATES = frozenset({8000, 16000, 22050, 24000, 32000, 44100, 48000})
 KEEPALIVE_INTERVAL = 10.0
 """Seconds without text before a keep-alive space: half the server's 20 s default."""
 CLOSE_TIMEOUT = 1.0
-_USER_AGENT = "rejoinder/0.1"
+_REFUSALS = {**_ws.KEY_REFUSALS, 404: "no such voice"}
 
 
 class TTS(models.StreamingTTS):
@@ -129,22 +131,28 @@ class TTS(models.StreamingTTS):
         super().__init__(sample_rate=sample_rate)
         self.voice_id = voice_id
         self.model = model
-        self._api_key = (
-            api_key if api_key is not None else os.environ.get("ELEVENLABS_API_KEY")
-        ) or None
-        root = base_url or os.environ.get("ELEVENLABS_BASE_URL") or DEFAULT_BASE_URL
-        for http, ws in (("https://", "wss://"), ("http://", "ws://")):
-            if root.startswith(http):
-                root = ws + root[len(http) :]
-        self._base_url = root.rstrip("/")
+        key = _ws.api_key_from(api_key, "ELEVENLABS_API_KEY")
+        self._base_url = _ws.ws_base_url(base_url, "ELEVENLABS_BASE_URL", DEFAULT_BASE_URL)
         self._voice_settings = dict(voice_settings) if voice_settings is not None else None
         self._schedule = list(chunk_length_schedule) if chunk_length_schedule else None
         self._language_code = language_code
         self._frame_bytes = sample_rate * frame_ms // 1000 * 2
         self._timeout = Timeout.of(timeout)
         self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self._session = http_session
-        self._owns_session = http_session is None
+        self._dialer = _ws.Dialer(
+            who="ElevenLabs",
+            owner="elevenlabs.TTS",
+            headers={"xi-api-key": key} if key else {},
+            timeout=self._timeout.connect,
+            close_timeout=CLOSE_TIMEOUT,
+            policy=self._retry,
+            http_session=http_session,
+            error=TTSError,
+            transient=Transient,
+            log=logger,
+            max_msg_size=16 * 1024 * 1024,
+            explanations=_REFUSALS,
+        )
         self.retries = 0
         """How many times a connection was tried again, over all streams."""
 
@@ -189,47 +197,7 @@ class TTS(models.StreamingTTS):
 
     async def aclose(self) -> None:
         """Close the HTTP session this engine created (one passed in is left open)."""
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            if not session.closed:
-                await session.close()
-
-    async def _connect(self) -> aiohttp.ClientWebSocketResponse:
-        import aiohttp
-
-        if self._session is None or self._session.closed:
-            if not self._owns_session:
-                raise TTSError("the http_session given to elevenlabs.TTS is closed")
-            self._session = aiohttp.ClientSession()
-        headers = {"User-Agent": _USER_AGENT}
-        if self._api_key:
-            headers["xi-api-key"] = self._api_key
-        where = self.url.split("?", 1)[0]
-        try:
-            async with asyncio.timeout(self._timeout.connect):
-                return await self._session.ws_connect(
-                    self.url,
-                    headers=headers,
-                    timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT),
-                    max_msg_size=16 * 1024 * 1024,
-                )
-        except aiohttp.WSServerHandshakeError as exc:
-            if transient_status(exc.status):
-                raise Transient(
-                    f"{where} answered HTTP {exc.status}", wait=retry_after(exc.headers)
-                ) from exc
-            why = {401: ": the API key was refused", 403: ": forbidden", 404: ": no such voice"}
-            raise TTSError(
-                f"{where} refused the connection with HTTP {exc.status}{why.get(exc.status, '')}"
-            ) from exc
-        except TimeoutError as exc:  # the caller's limit: not retried, but may work later
-            raise TTSError(
-                f"timed out connecting to {where} (after {self._timeout.connect}s)", retryable=True
-            ) from exc
-        except (aiohttp.InvalidURL, aiohttp.ClientSSLError, ValueError) as exc:
-            raise TTSError(f"cannot connect to {where}: {exc}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise Transient(f"cannot connect to {where}: {exc or type(exc).__name__}") from exc
+        await self._dialer.aclose()
 
 
 class _Stream(TTSStream):
@@ -339,7 +307,7 @@ class _Stream(TTSStream):
                 await asyncio.sleep(wait)
 
     async def _one_connection(self) -> None:
-        ws = await self._tts._connect()
+        ws = await self._tts._dialer.open(self._tts.url)
         sender = asyncio.ensure_future(self._send_all(ws))
         try:
             await self._receive_all(ws)
@@ -377,7 +345,7 @@ class _Stream(TTSStream):
         from ...models.audio import AudioFrame
 
         rate = self._tts.sample_rate
-        cutter, aligner = FrameCutter(self._tts._frame_bytes), WordAligner()
+        cutter, aligner = PCMCutter(self._tts._frame_bytes), WordAligner()
         received = 0  # bytes of audio so far: the offset of the next message's alignment
         read = self._tts._timeout.read
         while True:
@@ -392,10 +360,10 @@ class _Stream(TTSStream):
                 self._read_deadline = None
             if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                 aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):  # fmt: skip
-                raise close_failure(ws.close_code, message.extra)
+                raise close_failure("ElevenLabs", *_ws.close_of(ws, message))
             if message.type != aiohttp.WSMsgType.TEXT:
                 raise TTSError(f"ElevenLabs sent an unexpected {message.type.name} message")
-            data = parse_message(message.data)
+            data = parse_message("ElevenLabs", message.data)
             if (audio := decode_audio(data)) is not None:
                 pcm, alignment = audio
                 if alignment is not None:
