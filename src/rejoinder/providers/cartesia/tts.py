@@ -59,12 +59,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import models
-from ...models.tts import TTSError, TTSStream, WordTiming
+from ...models.tts import TTSError, WordTiming
 from .. import _ws
 from .._audio_chunks import PCMCutter
 from .._retry import RetryPolicy
 from .._timeout import Timeout
-from .._tts_stream import Transient
+from .._tts_stream import PumpedStream, Transient
 from ._connection import CLOSE_TIMEOUT, Connection, Inbox
 from ._wire import WordMatcher, decode_chunk, parse_word_timestamps, server_error
 
@@ -277,22 +277,20 @@ class TTS(models.StreamingTTS):
             self._connection = None
 
 
-class _Stream(TTSStream):
-    """One context's worth of text in and audio out. A pump task sends and reads; iteration
-    takes what it queued, so ``aclose`` can always stop it by cancelling (an async
-    generator suspended in another task could not be closed)."""
+class _Stream(PumpedStream):
+    """One context's worth of text in and audio out, run by ``PumpedStream``'s pump."""
+
+    _name = "cartesia.TTS"
+    _server = "Cartesia"
+    _log = logger
 
     def __init__(self, tts: TTS) -> None:
+        super().__init__(
+            tts, policy=tts._retry, read_timeout=tts._timeout.read, close_timeout=CLOSE_TIMEOUT
+        )
         self._tts = tts
         self._inputs: list[str | None] = []  # text pieces and flushes; kept for a retry
         self._pending = ""  # text after the last whitespace: the word may go on
-        self._input_done = False
-        self._wake = asyncio.Event()
-        self._items: asyncio.Queue[AudioFrame | WordTiming | TTSError | None] = asyncio.Queue()
-        self._pump: asyncio.Task[None] | None = None
-        self._iterated = False
-        self._delivered = False
-        self._read_deadline: asyncio.Timeout | None = None
         self.context_id: str | None = None
         """The context the stream speaks on now (a retry opens a new one)."""
 
@@ -321,11 +319,7 @@ class _Stream(TTSStream):
         piece, self._pending = self._pending, ""
         if piece.strip():
             self._add(piece)
-        self._input_done = True
-        self._wake.set()
-        read = self._tts._timeout.read
-        if self._read_deadline is not None and read is not None:
-            self._read_deadline.reschedule(asyncio.get_running_loop().time() + read)
+        self._input_ended()
 
     def _add(self, piece: str) -> None:
         if not any(item for item in self._inputs):  # the utterance starts with a word
@@ -333,57 +327,9 @@ class _Stream(TTSStream):
         self._inputs.append(piece)
         self._wake.set()
 
-    async def __aiter__(self) -> AsyncIterator[AudioFrame | WordTiming]:
-        if self._iterated:
-            raise RuntimeError("a TTS stream can be iterated once")
-        self._iterated = True
-        self._pump = asyncio.ensure_future(self._run())
-        while (item := await self._items.get()) is not None:
-            if isinstance(item, TTSError):
-                raise item
-            yield item
+    # -- one try, on a context of its own ------------------------------------------------
 
-    async def aclose(self) -> None:
-        self._input_done = True
-        pump, self._pump = self._pump, None
-        if pump is not None and not pump.done():
-            pump.cancel()
-            # Bounded: the pump's cancel of its context waits at most CLOSE_TIMEOUT.
-            await asyncio.wait({pump}, timeout=2 * CLOSE_TIMEOUT)
-
-    # -- the pump ---------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        try:
-            await self._run_contexts()
-        except TTSError as error:
-            self._items.put_nowait(error)
-        except Exception as exc:  # a bug must end the stream, not hang it
-            logger.exception("cartesia.TTS stream failed")
-            self._items.put_nowait(TTSError(f"cartesia.TTS failed: {exc!r}"))
-        self._items.put_nowait(None)
-
-    async def _run_contexts(self) -> None:
-        tts, retries = self._tts, 0
-        while True:
-            try:
-                return await self._one_context()
-            except Transient as failure:
-                if self._delivered:  # audio was heard: a new context would repeat it
-                    raise TTSError(str(failure), retryable=True) from failure
-                wait = tts._retry.next_wait(retries, failure.wait)
-                if isinstance(wait, str):
-                    message = f"{failure} ({wait})" if wait else str(failure)
-                    raise TTSError(message, retryable=True) from failure
-                retries += 1
-                tts.retries += 1
-                logger.warning(
-                    "cartesia.TTS: %s; retry %d of %d in %.2f s",
-                    failure, retries, tts._retry.max_retries, wait,
-                )  # fmt: skip
-                await asyncio.sleep(wait)
-
-    async def _one_context(self) -> None:
+    async def _attempt(self) -> None:
         connection = await self._tts._acquire()
         while not (self._inputs or self._input_done):  # connected early, text comes later
             self._wake.clear()
@@ -436,20 +382,13 @@ class _Stream(TTSStream):
         server did not end (``done`` or ``error``) is left open for the caller to cancel."""
         from ...models.audio import AudioFrame
 
-        rate, read = self._tts.sample_rate, self._tts._timeout.read
+        def abandon(silent: str) -> None:  # a silent server cannot be trusted with others
+            self._tts._abandon(connection, Transient(f"{silent} on another context"))
+
+        rate = self._tts.sample_rate
         cutter = PCMCutter(self._tts._frame_bytes)
         while True:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + read if self._input_done and read is not None else None
-            try:
-                async with asyncio.timeout_at(deadline) as self._read_deadline:
-                    message = await inbox.get()
-            except TimeoutError:
-                silent = f"no audio from Cartesia for {read}s"
-                self._tts._abandon(connection, Transient(f"{silent} on another context"))
-                raise TTSError(silent, retryable=True) from None
-            finally:
-                self._read_deadline = None
+            message = await self._receive(inbox.get, on_silence=abandon)
             if isinstance(message, TTSError):
                 raise message
             if message.get("type") == "error" or "error" in message:
@@ -469,7 +408,3 @@ class _Stream(TTSStream):
                 if tail := cutter.tail():
                     self._put(AudioFrame.from_pcm(tail, rate))
                 return
-
-    def _put(self, item: AudioFrame | WordTiming) -> None:
-        self._delivered = True  # the caller has it: a new context would repeat it
-        self._items.put_nowait(item)

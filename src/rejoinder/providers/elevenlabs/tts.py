@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from ... import models
-from ...models.tts import TTSError, TTSStream, WordTiming
+from ...models.tts import TTSError, WordTiming
 from .. import _ws
 from .._audio_chunks import PCMCutter
 from .._retry import RetryPolicy
 from .._timeout import Timeout
-from .._tts_stream import Transient, close_failure, parse_message
+from .._tts_stream import PumpedStream, Transient, close_failure, parse_message
 from ._wire import WordAligner, decode_audio
 
 if TYPE_CHECKING:
@@ -200,22 +200,20 @@ class TTS(models.StreamingTTS):
         await self._dialer.aclose()
 
 
-class _Stream(TTSStream):
-    """One connection's worth of text in and audio out. A pump task connects, sends and
-    reads; iteration takes what it queued, so ``aclose`` can always stop it by cancelling
-    (an async generator suspended in another task could not be closed)."""
+class _Stream(PumpedStream):
+    """One connection's worth of text in and audio out, run by ``PumpedStream``'s pump."""
+
+    _name = "elevenlabs.TTS"
+    _server = "ElevenLabs"
+    _log = logger
 
     def __init__(self, tts: TTS) -> None:
+        super().__init__(
+            tts, policy=tts._retry, read_timeout=tts._timeout.read, close_timeout=CLOSE_TIMEOUT
+        )
         self._tts = tts
         self._messages: list[dict[str, Any]] = []  # after the first, kept for a retry
         self._pending = ""  # text after the last space: a piece must end with one
-        self._input_done = False
-        self._wake = asyncio.Event()
-        self._items: asyncio.Queue[AudioFrame | WordTiming | TTSError | None] = asyncio.Queue()
-        self._pump: asyncio.Task[None] | None = None
-        self._iterated = False
-        self._delivered = False
-        self._read_deadline: asyncio.Timeout | None = None
 
     def push_text(self, text: str) -> None:
         if self._input_done:
@@ -240,11 +238,7 @@ class _Stream(TTSStream):
         if piece.strip():
             self._send_text(piece, flush=True)
         self._messages.append({"text": ""})
-        self._input_done = True
-        self._wake.set()
-        read = self._tts._timeout.read
-        if self._read_deadline is not None and read is not None:
-            self._read_deadline.reschedule(asyncio.get_running_loop().time() + read)
+        self._input_ended()
 
     def _send_text(self, piece: str, *, flush: bool = False) -> None:
         words = " ".join(piece.split())  # a single space between words and at the end
@@ -256,57 +250,9 @@ class _Stream(TTSStream):
         self._messages.append(message)
         self._wake.set()
 
-    async def __aiter__(self) -> AsyncIterator[AudioFrame | WordTiming]:
-        if self._iterated:
-            raise RuntimeError("a TTS stream can be iterated once")
-        self._iterated = True
-        self._pump = asyncio.ensure_future(self._run())
-        while (item := await self._items.get()) is not None:
-            if isinstance(item, TTSError):
-                raise item
-            yield item
+    # -- one try, on a connection of its own ---------------------------------------------
 
-    async def aclose(self) -> None:
-        self._input_done = True
-        pump, self._pump = self._pump, None
-        if pump is not None and not pump.done():
-            pump.cancel()
-            # Bounded: the pump's own close waits at most CLOSE_TIMEOUT for the server.
-            await asyncio.wait({pump}, timeout=2 * CLOSE_TIMEOUT)
-
-    # -- the pump ---------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        try:
-            await self._run_connections()
-        except TTSError as error:
-            self._items.put_nowait(error)
-        except Exception as exc:  # a bug must end the stream, not hang it
-            logger.exception("elevenlabs.TTS stream failed")
-            self._items.put_nowait(TTSError(f"elevenlabs.TTS failed: {exc!r}"))
-        self._items.put_nowait(None)
-
-    async def _run_connections(self) -> None:
-        tts, retries = self._tts, 0
-        while True:
-            try:
-                return await self._one_connection()
-            except Transient as failure:
-                if self._delivered:  # audio was heard: a new connection would repeat it
-                    raise TTSError(str(failure), retryable=True) from failure
-                wait = tts._retry.next_wait(retries, failure.wait)
-                if isinstance(wait, str):
-                    message = f"{failure} ({wait})" if wait else str(failure)
-                    raise TTSError(message, retryable=True) from failure
-                retries += 1
-                tts.retries += 1
-                logger.warning(
-                    "elevenlabs.TTS: %s; retry %d of %d in %.2f s",
-                    failure, retries, tts._retry.max_retries, wait,
-                )  # fmt: skip
-                await asyncio.sleep(wait)
-
-    async def _one_connection(self) -> None:
+    async def _attempt(self) -> None:
         ws = await self._tts._dialer.open(self._tts.url)
         sender = asyncio.ensure_future(self._send_all(ws))
         try:
@@ -347,17 +293,8 @@ class _Stream(TTSStream):
         rate = self._tts.sample_rate
         cutter, aligner = PCMCutter(self._tts._frame_bytes), WordAligner()
         received = 0  # bytes of audio so far: the offset of the next message's alignment
-        read = self._tts._timeout.read
         while True:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + read if self._input_done and read is not None else None
-            try:
-                async with asyncio.timeout_at(deadline) as self._read_deadline:
-                    message = await ws.receive()
-            except TimeoutError:
-                raise TTSError(f"no audio from ElevenLabs for {read}s", retryable=True) from None
-            finally:
-                self._read_deadline = None
+            message = await self._receive(ws.receive)
             if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                 aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):  # fmt: skip
                 raise close_failure("ElevenLabs", *_ws.close_of(ws, message))
@@ -378,7 +315,3 @@ class _Stream(TTSStream):
                 if tail := cutter.tail():
                     self._put(AudioFrame.from_pcm(tail, rate))
                 return
-
-    def _put(self, item: AudioFrame | WordTiming) -> None:
-        self._delivered = True  # the caller has it: a new connection would repeat it
-        self._items.put_nowait(item)
