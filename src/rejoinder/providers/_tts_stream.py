@@ -1,6 +1,9 @@
 """What the streaming TTS providers over a WebSocket (ElevenLabs, Cartesia) decide alike
 about a stream, in one place:
 
+* the engine (``WebSocketTTS``): frames of ``frame_ms`` of 16-bit PCM at one of the
+  provider's rates, ``Timeout``, the retry policy, the ``Dialer`` and its HTTP session,
+  the ``retries`` count, and ``synthesize`` as one stream given the whole text;
 * the pump (``PumpedStream``): a task connects, sends and reads, and iteration takes what
   it queued, so ``aclose`` can always stop it by cancelling (an async generator suspended
   in another task could not be closed); a failure or a bug ends the iteration with a
@@ -19,18 +22,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from ..models.tts import TTSError, TTSStream, WordTiming
+from ..models.tts import StreamingTTS, TTSError, TTSStream, WordTiming
 from . import _json
 from ._retry import RetryPolicy
-from ._ws import FATAL_CLOSE_CODES, TryAgain, with_retries
+from ._timeout import Timeout
+from ._ws import FATAL_CLOSE_CODES, Dialer, TryAgain, with_retries
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from ..models.audio import AudioFrame
 
-__all__ = ["PumpedStream", "Transient", "close_failure", "parse_message"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "PumpedStream",
+    "Transient",
+    "WebSocketTTS",
+    "close_failure",
+    "parse_message",
+]
+
+CLOSE_TIMEOUT = 1.0
+"""Seconds a close or a cancel may take before it is given up on."""
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a message of base64 audio may be large
 
 M = TypeVar("M")
 
@@ -66,16 +83,9 @@ def close_failure(server: str, code: int | None, reason: str) -> TTSError:
     return Transient(text)
 
 
-class _Engine(Protocol):
-    retries: int
-    """How many times a stream was tried again, over all its streams."""
-
-
-class PumpedStream(TTSStream):
-    """A TTS stream run by a pump task; see the module docstring. A provider implements
-    ``_attempt`` (one try: send the text so far and what comes, read, ``_put`` what is
-    heard), reading through ``_receive`` so the read limit applies, and calls
-    ``_input_ended`` from its ``end_input``."""
+class WebSocketTTS(StreamingTTS):
+    """What a streaming TTS over a WebSocket holds alike; see the module docstring. A
+    provider gives its name, server and logger as class attributes, and ``_whole``."""
 
     _name: ClassVar[str]
     """``elevenlabs.TTS``: in messages and log lines."""
@@ -85,16 +95,79 @@ class PumpedStream(TTSStream):
 
     def __init__(
         self,
-        engine: _Engine,
         *,
-        policy: RetryPolicy,
-        read_timeout: float | None,
-        close_timeout: float,
+        voice_id: str,
+        model: str,
+        sample_rate: int,
+        sample_rates: frozenset[int],
+        frame_ms: int,
+        timeout: Timeout | float | None,
+        max_retries: int,
+        retry_backoff: float,
+        retry_backoff_cap: float,
+        http_session: aiohttp.ClientSession | None,
+        headers: Mapping[str, str],
+        explanations: Mapping[int, str],
     ) -> None:
+        if sample_rate not in sample_rates:
+            raise ValueError(
+                f"sample_rate must be one of {sorted(sample_rates)}, got {sample_rate}"
+            )
+        if frame_ms <= 0:
+            raise ValueError(f"frame_ms must be positive, got {frame_ms}")
+        super().__init__(sample_rate=sample_rate)
+        self.voice_id = voice_id
+        self.model = model
+        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
+        self._timeout = Timeout.of(timeout)
+        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
+        self._dialer = Dialer(
+            who=self._server,
+            owner=self._name,
+            headers=headers,
+            timeout=self._timeout.connect,
+            close_timeout=CLOSE_TIMEOUT,
+            policy=self._retry,
+            http_session=http_session,
+            error=TTSError,
+            transient=Transient,
+            log=self._log,
+            max_msg_size=_MAX_MESSAGE_BYTES,
+            explanations=explanations,
+        )
+        self.retries = 0
+        """How many times a stream was tried again, over all streams."""
+
+    def __repr__(self) -> str:
+        return f"{self._name}(voice_id={self.voice_id!r}, model={self.model!r})"
+
+    def _whole(self, text: str) -> TTSStream:
+        """A stream of ``text``, known whole, its input ended."""
+        raise NotImplementedError
+
+    async def synthesize(self, text: str) -> AsyncIterator[AudioFrame | WordTiming]:
+        if not text.strip():
+            return
+        stream = self._whole(text)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session this engine created (one passed in is left open)."""
+        await self._dialer.aclose()
+
+
+class PumpedStream(TTSStream):
+    """A TTS stream run by a pump task; see the module docstring. A provider implements
+    ``_attempt`` (one try: send the text so far and what comes, read, ``_put`` what is
+    heard), reading through ``_receive`` so the read limit applies, and calls
+    ``_input_ended`` from its ``end_input``."""
+
+    def __init__(self, engine: WebSocketTTS) -> None:
         self._engine = engine
-        self._policy = policy
-        self._read_timeout = read_timeout
-        self._close_timeout = close_timeout
         self._input_done = False
         self._wake = asyncio.Event()
         self._items: asyncio.Queue[AudioFrame | WordTiming | TTSError | None] = asyncio.Queue()
@@ -110,9 +183,9 @@ class PumpedStream(TTSStream):
         """The input is complete: wake the sender, and start the read limit."""
         self._input_done = True
         self._wake.set()
-        if self._read_deadline is not None and self._read_timeout is not None:
-            loop = asyncio.get_running_loop()
-            self._read_deadline.reschedule(loop.time() + self._read_timeout)
+        read = self._engine._timeout.read
+        if self._read_deadline is not None and read is not None:
+            self._read_deadline.reschedule(asyncio.get_running_loop().time() + read)
 
     async def __aiter__(self) -> AsyncIterator[AudioFrame | WordTiming]:
         if self._iterated:
@@ -130,19 +203,21 @@ class PumpedStream(TTSStream):
         if pump is not None and not pump.done():
             pump.cancel()
             # Bounded: what the pump does when cancelled waits at most close_timeout.
-            await asyncio.wait({pump}, timeout=2 * self._close_timeout)
+            await asyncio.wait({pump}, timeout=2 * CLOSE_TIMEOUT)
 
     async def _run(self) -> None:
+        engine = self._engine
+
         def counted() -> None:
-            self._engine.retries += 1
+            engine.retries += 1
 
         try:
             await with_retries(
                 self._attempt,
-                self._policy,
+                engine._retry,
                 error=TTSError,
-                what=self._name,
-                log=self._log,
+                what=engine._name,
+                log=engine._log,
                 on_retry=counted,
                 # Once audio was heard, a new try would repeat it.
                 may_retry=lambda: not self._delivered,
@@ -150,8 +225,8 @@ class PumpedStream(TTSStream):
         except TTSError as error:
             self._items.put_nowait(error)
         except Exception as exc:  # a bug must end the stream, not hang it
-            self._log.exception("%s stream failed", self._name)
-            self._items.put_nowait(TTSError(f"{self._name} failed: {exc!r}"))
+            engine._log.exception("%s stream failed", engine._name)
+            self._items.put_nowait(TTSError(f"{engine._name} failed: {exc!r}"))
         self._items.put_nowait(None)
 
     async def _receive(
@@ -160,7 +235,7 @@ class PumpedStream(TTSStream):
         """``await get()``, bounded by the read limit once the input ended (``end_input``
         during the wait starts it too). A silent server fails the stream (retryable);
         ``on_silence`` is told first."""
-        read = self._read_timeout
+        read = self._engine._timeout.read
         deadline = None
         if self._input_done and read is not None:
             deadline = asyncio.get_running_loop().time() + read
@@ -168,7 +243,7 @@ class PumpedStream(TTSStream):
             async with asyncio.timeout_at(deadline) as self._read_deadline:
                 return await get()
         except TimeoutError:
-            silent = f"no audio from {self._server} for {read}s"
+            silent = f"no audio from {self._engine._server} for {read}s"
             if on_silence is not None:
                 on_silence(silent)
             raise TTSError(silent, retryable=True) from None

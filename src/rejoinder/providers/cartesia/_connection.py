@@ -20,7 +20,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...models.tts import TTSError
-from .._tts_stream import Transient, close_failure, parse_message
+from .._tts_stream import CLOSE_TIMEOUT, Transient, close_failure, parse_message
 from .._ws import close_of
 from ._wire import server_error
 
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["CLOSE_TIMEOUT", "Connection", "Inbox"]
 
 logger = logging.getLogger("rejoinder.providers.cartesia")
-
-CLOSE_TIMEOUT = 1.0
-"""Seconds a close or a cancel may take before it is given up on."""
 
 Inbox = asyncio.Queue[dict[str, Any] | TTSError]
 

@@ -55,23 +55,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ... import models
-from ...models.tts import TTSError, WordTiming
+from ...models.tts import TTSError
 from .. import _ws
 from .._audio_chunks import PCMCutter
-from .._retry import RetryPolicy
 from .._timeout import Timeout
-from .._tts_stream import PumpedStream, Transient
-from ._connection import CLOSE_TIMEOUT, Connection, Inbox
+from .._tts_stream import PumpedStream, Transient, WebSocketTTS
+from ._connection import Connection, Inbox
 from ._wire import WordMatcher, decode_chunk, parse_word_timestamps, server_error
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from ...models.audio import AudioFrame
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "SAMPLE_RATES", "TTS", "Timeout"]
 
@@ -88,8 +85,12 @@ _BREAKS = " \n\t\r\u3000。！？，、；："
 clause in scripts written without spaces (else a Chinese reply would wait for its end)."""
 
 
-class TTS(models.StreamingTTS):
+class TTS(WebSocketTTS):
     """Cartesia streaming speech: ``cartesia.TTS(voice_id="<voice uuid>")``."""
+
+    _name = "cartesia.TTS"
+    _server = "Cartesia"
+    _log = logger
 
     def __init__(
         self,
@@ -132,55 +133,38 @@ class TTS(models.StreamingTTS):
                 (or a stream's failure before any audio), as in ``openai.LLM``.
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
-        if sample_rate not in SAMPLE_RATES:
-            raise ValueError(
-                f"sample_rate must be one of {sorted(SAMPLE_RATES)}, got {sample_rate}"
-            )
-        if frame_ms <= 0:
-            raise ValueError(f"frame_ms must be positive, got {frame_ms}")
+        self._api_key = _ws.api_key_from(api_key, "CARTESIA_API_KEY")
+        headers = {"Cartesia-Version": api_version}
+        if self._api_key:
+            headers["X-API-Key"] = self._api_key
+        super().__init__(
+            voice_id=voice_id,
+            model=model,
+            sample_rate=sample_rate,
+            sample_rates=SAMPLE_RATES,
+            frame_ms=frame_ms,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_backoff_cap=retry_backoff_cap,
+            http_session=http_session,
+            headers=headers,
+            explanations=_ws.KEY_REFUSALS,
+        )
         if max_buffer_delay_ms is not None and not (
             isinstance(max_buffer_delay_ms, int) and 0 <= max_buffer_delay_ms <= 5000
         ):
             raise ValueError(
                 f"max_buffer_delay_ms takes an integer from 0 to 5000, got {max_buffer_delay_ms!r}"
             )
-        super().__init__(sample_rate=sample_rate)
-        self.voice_id = voice_id
-        self.model = model
         self.language = language
-        self._api_key = _ws.api_key_from(api_key, "CARTESIA_API_KEY")
         self._base_url = _ws.ws_base_url(base_url, "CARTESIA_BASE_URL", DEFAULT_BASE_URL)
         self._max_buffer_delay_ms = max_buffer_delay_ms
         self._generation_config = dict(generation_config) if generation_config else None
-        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
-        self._timeout = Timeout.of(timeout)
-        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        headers = {"Cartesia-Version": api_version}
-        if self._api_key:
-            headers["X-API-Key"] = self._api_key
-        self._dialer = _ws.Dialer(
-            who="Cartesia",
-            owner="cartesia.TTS",
-            headers=headers,
-            timeout=self._timeout.connect,
-            close_timeout=CLOSE_TIMEOUT,
-            policy=self._retry,
-            http_session=http_session,
-            error=TTSError,
-            transient=Transient,
-            log=logger,
-            max_msg_size=16 * 1024 * 1024,
-            explanations=_ws.KEY_REFUSALS,
-        )
         self._connection: Connection | None = None
         self._connect_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-        self.retries = 0
-        """How many times a stream was tried again, over all streams."""
         self.connects = 0
         """How many WebSocket connections were opened."""
-
-    def __repr__(self) -> str:
-        return f"cartesia.TTS(voice_id={self.voice_id!r}, model={self.model!r})"
 
     @property
     def url(self) -> str:
@@ -217,17 +201,11 @@ class TTS(models.StreamingTTS):
     def stream(self) -> _Stream:
         return _Stream(self)
 
-    async def synthesize(self, text: str) -> AsyncIterator[AudioFrame | WordTiming]:
-        if not text.strip():
-            return
+    def _whole(self, text: str) -> _Stream:
         stream = self.stream()
         stream._add(text)  # known whole: one input
         stream.end_input()
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            await stream.aclose()
+        return stream
 
     async def warm_up(self) -> None:
         """Open the shared connection now, so the first reply does not wait for the
@@ -241,7 +219,7 @@ class TTS(models.StreamingTTS):
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.aclose()
-        await self._dialer.aclose()
+        await super().aclose()
 
     @property
     def _session(self) -> aiohttp.ClientSession | None:
@@ -280,14 +258,8 @@ class TTS(models.StreamingTTS):
 class _Stream(PumpedStream):
     """One context's worth of text in and audio out, run by ``PumpedStream``'s pump."""
 
-    _name = "cartesia.TTS"
-    _server = "Cartesia"
-    _log = logger
-
     def __init__(self, tts: TTS) -> None:
-        super().__init__(
-            tts, policy=tts._retry, read_timeout=tts._timeout.read, close_timeout=CLOSE_TIMEOUT
-        )
+        super().__init__(tts)
         self._tts = tts
         self._inputs: list[str | None] = []  # text pieces and flushes; kept for a retry
         self._pending = ""  # text after the last whitespace: the word may go on

@@ -46,23 +46,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from ... import models
-from ...models.tts import TTSError, WordTiming
+from ...models.tts import TTSError
 from .. import _ws
 from .._audio_chunks import PCMCutter
-from .._retry import RetryPolicy
 from .._timeout import Timeout
-from .._tts_stream import PumpedStream, Transient, close_failure, parse_message
+from .._tts_stream import CLOSE_TIMEOUT, PumpedStream, WebSocketTTS, close_failure, parse_message
 from ._wire import WordAligner, decode_audio
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from ...models.audio import AudioFrame
 
 __all__ = ["DEFAULT_BASE_URL", "KEEPALIVE_INTERVAL", "SAMPLE_RATES", "TTS", "Timeout"]
 
@@ -73,12 +70,15 @@ SAMPLE_RATES = frozenset({8000, 16000, 22050, 24000, 32000, 44100, 48000})
 """The rates of the ``pcm_<rate>`` output formats."""
 KEEPALIVE_INTERVAL = 10.0
 """Seconds without text before a keep-alive space: half the server's 20 s default."""
-CLOSE_TIMEOUT = 1.0
 _REFUSALS = {**_ws.KEY_REFUSALS, 404: "no such voice"}
 
 
-class TTS(models.StreamingTTS):
+class TTS(WebSocketTTS):
     """ElevenLabs streaming speech: ``elevenlabs.TTS(voice_id="JBFqnCBsd6RMkjVDRZzb")``."""
+
+    _name = "elevenlabs.TTS"
+    _server = "ElevenLabs"
+    _log = logger
 
     def __init__(
         self,
@@ -118,46 +118,29 @@ class TTS(models.StreamingTTS):
                 (or a connection lost before any audio), as in ``openai.LLM``.
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
-        if sample_rate not in SAMPLE_RATES:
-            raise ValueError(
-                f"sample_rate must be one of {sorted(SAMPLE_RATES)}, got {sample_rate}"
-            )
-        if frame_ms <= 0:
-            raise ValueError(f"frame_ms must be positive, got {frame_ms}")
+        key = _ws.api_key_from(api_key, "ELEVENLABS_API_KEY")
+        super().__init__(
+            voice_id=voice_id,
+            model=model,
+            sample_rate=sample_rate,
+            sample_rates=SAMPLE_RATES,
+            frame_ms=frame_ms,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_backoff_cap=retry_backoff_cap,
+            http_session=http_session,
+            headers={"xi-api-key": key} if key else {},
+            explanations=_REFUSALS,
+        )
         if chunk_length_schedule is not None and not all(
             isinstance(n, int) and 50 <= n <= 500 for n in chunk_length_schedule
         ):
             raise ValueError("chunk_length_schedule takes integers from 50 to 500")
-        super().__init__(sample_rate=sample_rate)
-        self.voice_id = voice_id
-        self.model = model
-        key = _ws.api_key_from(api_key, "ELEVENLABS_API_KEY")
         self._base_url = _ws.ws_base_url(base_url, "ELEVENLABS_BASE_URL", DEFAULT_BASE_URL)
         self._voice_settings = dict(voice_settings) if voice_settings is not None else None
         self._schedule = list(chunk_length_schedule) if chunk_length_schedule else None
         self._language_code = language_code
-        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
-        self._timeout = Timeout.of(timeout)
-        self._retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
-        self._dialer = _ws.Dialer(
-            who="ElevenLabs",
-            owner="elevenlabs.TTS",
-            headers={"xi-api-key": key} if key else {},
-            timeout=self._timeout.connect,
-            close_timeout=CLOSE_TIMEOUT,
-            policy=self._retry,
-            http_session=http_session,
-            error=TTSError,
-            transient=Transient,
-            log=logger,
-            max_msg_size=16 * 1024 * 1024,
-            explanations=_REFUSALS,
-        )
-        self.retries = 0
-        """How many times a connection was tried again, over all streams."""
-
-    def __repr__(self) -> str:
-        return f"elevenlabs.TTS(voice_id={self.voice_id!r}, model={self.model!r})"
 
     @property
     def url(self) -> str:
@@ -183,34 +166,18 @@ class TTS(models.StreamingTTS):
     def stream(self) -> _Stream:
         return _Stream(self)
 
-    async def synthesize(self, text: str) -> AsyncIterator[AudioFrame | WordTiming]:
-        if not text.strip():
-            return
+    def _whole(self, text: str) -> _Stream:
         stream = self.stream()
         stream.push_text(text)
         stream.end_input()
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            await stream.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP session this engine created (one passed in is left open)."""
-        await self._dialer.aclose()
+        return stream
 
 
 class _Stream(PumpedStream):
     """One connection's worth of text in and audio out, run by ``PumpedStream``'s pump."""
 
-    _name = "elevenlabs.TTS"
-    _server = "ElevenLabs"
-    _log = logger
-
     def __init__(self, tts: TTS) -> None:
-        super().__init__(
-            tts, policy=tts._retry, read_timeout=tts._timeout.read, close_timeout=CLOSE_TIMEOUT
-        )
+        super().__init__(tts)
         self._tts = tts
         self._messages: list[dict[str, Any]] = []  # after the first, kept for a retry
         self._pending = ""  # text after the last space: a piece must end with one
