@@ -29,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..models.stt import StreamingSTT, STTError
 from . import _ws
 from ._audio_chunks import pcm16_mono, resampler_tail
+from ._retry import RetryPolicy
 
 if TYPE_CHECKING:
     import aiohttp
@@ -42,11 +43,18 @@ if TYPE_CHECKING:
     from ..models.audio import AudioFrame
     from ..models.audio_utils import Resampler
 
-__all__ = ["CLOSE", "Control", "Utterance", "UtteranceStreamSTT"]
+__all__ = ["CLOSE", "Control", "Utterance", "UtteranceStreamSTT", "check_seconds"]
 
 CLOSE = object()
 """Queued by ``aclose``: send the provider's closing message and stop."""
 _EPSILON = 1e-3  # seconds: stream times are floats rounded by the server
+
+
+def check_seconds(**limits: float) -> None:
+    """Each limit must be a positive number of seconds; the error names the one that is not."""
+    for name, value in limits.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value}")
 
 
 class Control(Protocol):
@@ -87,20 +95,58 @@ class UtteranceStreamSTT(StreamingSTT, Generic[U]):
     """Sent by ``aclose`` to end the stream the documented way."""
     _fatal_close_codes: ClassVar[frozenset[int]] = _ws.FATAL_CLOSE_CODES
     """Close codes that fail the open utterances as not retryable."""
+    _key_variable: ClassVar[str]
+    """``DEEPGRAM_API_KEY``: where the key is found when none is given."""
+    _url_variable: ClassVar[str]
+    """``DEEPGRAM_BASE_URL``: where the base URL is found when none is given."""
+    _default_base_url: ClassVar[str]
+    """The cloud API's, which needs a key (a self-hosted server may do without)."""
 
     def __init__(
         self,
         *,
-        url: str,
-        dialer: _ws.Dialer,
-        connect_timeout: float,
+        api_key: str | None,
+        base_url: str | None,
+        auth: Callable[[str], Mapping[str, str]],
+        url: Callable[[str], str],
         sample_rate: int,
+        timeout: float,
         finalize_timeout: float,
         close_timeout: float,
+        max_retries: int,
+        retry_backoff: float,
+        retry_backoff_cap: float,
+        http_session: aiohttp.ClientSession | None,
+        reason_header: str | None = None,
     ) -> None:
-        self._url = url
-        self._dialer = dialer
-        self._connect_timeout = connect_timeout
+        """The options every such provider takes, checked. ``auth`` gives the headers that
+        carry the key, ``url`` the stream's URL under the base URL."""
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        check_seconds(
+            timeout=timeout, finalize_timeout=finalize_timeout, close_timeout=close_timeout
+        )
+        key = _ws.api_key_from(api_key, self._key_variable)
+        self._base_url = _ws.ws_base_url(base_url, self._url_variable, self._default_base_url)
+        if key is None and self._base_url == self._default_base_url:
+            raise ValueError(
+                f"{self.provider}.STT needs an API key: pass api_key=... or set "
+                f"{self._key_variable}"
+            )
+        self._url = url(self._base_url)
+        self._dialer = _ws.Dialer(
+            who=self._server,
+            owner=f"{self.provider}.STT",
+            headers=auth(key) if key else {},
+            timeout=timeout,
+            close_timeout=close_timeout,
+            policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
+            http_session=http_session,
+            error=STTError,
+            log=self._log,
+            reason_header=reason_header,
+        )
+        self._connect_timeout = timeout
         self._sample_rate = sample_rate
         self._finalize_timeout = finalize_timeout
         self._close_timeout = close_timeout

@@ -46,7 +46,6 @@ logger = logging.getLogger("rejoinder.providers.assemblyai")
 
 DEFAULT_BASE_URL = "wss://streaming.assemblyai.com/v3"
 """The cloud API (the EU one is ``wss://streaming.eu.assemblyai.com/v3``)."""
-KEY_VARIABLE, URL_VARIABLE = "ASSEMBLYAI_API_KEY", "ASSEMBLYAI_BASE_URL"
 
 FORCE_ENDPOINT = json.dumps({"type": "ForceEndpoint"})
 TERMINATE = json.dumps({"type": "Terminate"})

@@ -49,9 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...models.stt import STTError, Transcript
-from .. import _ws
-from .._retry import RetryPolicy
-from .._stt_stream import Utterance, UtteranceStreamSTT
+from .._stt_stream import Utterance, UtteranceStreamSTT, check_seconds
 from . import _wire
 
 if TYPE_CHECKING:
@@ -93,6 +91,8 @@ class STT(UtteranceStreamSTT[_Utterance]):
     _log = logger
     _closing_message = _wire.TERMINATE
     _fatal_close_codes = _wire.FATAL_CLOSE_CODES
+    _key_variable, _url_variable = "ASSEMBLYAI_API_KEY", "ASSEMBLYAI_BASE_URL"
+    _default_base_url = _wire.DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -144,31 +144,14 @@ class STT(UtteranceStreamSTT[_Utterance]):
             extra_query: more query parameters (e.g. ``{"language_detection": True}``).
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
-        if sample_rate <= 0:
-            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
         if not 50 <= chunk_ms <= 1000:
             raise ValueError(f"chunk_ms must be 50 to 1000 (AssemblyAI's limits), got {chunk_ms}")
-        for name, value in (
-            ("timeout", timeout),
-            ("finalize_timeout", finalize_timeout),
-            ("no_words_timeout", no_words_timeout),
-            ("close_timeout", close_timeout),
-        ):
-            if not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        check_seconds(no_words_timeout=no_words_timeout)
         turn_settings = _wire.turn_settings(
             end_of_turn_confidence_threshold,
             min_end_of_turn_silence_when_confident,
             max_turn_silence,
         )
-        key = _ws.api_key_from(api_key, _wire.KEY_VARIABLE)
-        self._base_url = _ws.ws_base_url(base_url, _wire.URL_VARIABLE, _wire.DEFAULT_BASE_URL)
-        if key is None and self._base_url == _wire.DEFAULT_BASE_URL:
-            raise ValueError(
-                "assemblyai.STT needs an API key: pass api_key=... or set ASSEMBLYAI_API_KEY"
-            )
-        self._model = speech_model
-        self._format_turns = format_turns
         self._params: dict[str, _wire.QueryValue | None] = {
             "speech_model": speech_model,
             "sample_rate": sample_rate,
@@ -178,25 +161,22 @@ class STT(UtteranceStreamSTT[_Utterance]):
             "keyterms_prompt": list(keyterms_prompt) if keyterms_prompt else None,
             **dict(extra_query or {}),
         }
-        dialer = _ws.Dialer(
-            who="AssemblyAI",
-            owner="assemblyai.STT",
-            headers={"Authorization": key} if key else {},  # the key itself, no scheme
-            timeout=timeout,
-            close_timeout=close_timeout,
-            policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
-            http_session=http_session,
-            error=STTError,
-            log=logger,
-        )
         super().__init__(
-            url=_wire.streaming_url(self._base_url, self._params),
-            dialer=dialer,
-            connect_timeout=timeout,
+            api_key=api_key,
+            base_url=base_url,
+            auth=lambda key: {"Authorization": key},  # the key itself, no scheme
+            url=lambda root: _wire.streaming_url(root, self._params),
             sample_rate=sample_rate,
+            timeout=timeout,
             finalize_timeout=finalize_timeout,
             close_timeout=close_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_backoff_cap=retry_backoff_cap,
+            http_session=http_session,
         )
+        self._model = speech_model
+        self._format_turns = format_turns
         self._session_id: str | None = None
         self._chunk_bytes = 2 * round(sample_rate * chunk_ms / 1000)
         self._chunker = _wire.Chunker(self._chunk_bytes)

@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 DEFAULT_BASE_URL = "wss://api.deepgram.com/v1"
-KEY_VARIABLE, URL_VARIABLE = "DEEPGRAM_API_KEY", "DEEPGRAM_BASE_URL"
 REASON_HEADER = "dg-error"
 """Where Deepgram says why it refused an upgrade (the body says the same, but a WebSocket
 client never reads the body of a refused upgrade)."""

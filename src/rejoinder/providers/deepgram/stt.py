@@ -48,9 +48,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...models.stt import STTError
-from .. import _ws
-from .._retry import RetryPolicy
 from .._stt_stream import Utterance, UtteranceStreamSTT
 from . import _wire
 
@@ -84,6 +81,8 @@ class STT(UtteranceStreamSTT[_Utterance]):
     _server = "Deepgram"
     _log = logger
     _closing_message = _wire.CLOSE_STREAM
+    _key_variable, _url_variable = "DEEPGRAM_API_KEY", "DEEPGRAM_BASE_URL"
+    _default_base_url = _wire.DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -134,63 +133,40 @@ class STT(UtteranceStreamSTT[_Utterance]):
             extra_query: more query parameters (e.g. ``{"keyterm": "rejoinder"}``).
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
-        if sample_rate <= 0:
-            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
         if not 0 < keepalive_interval < 10:
             raise ValueError("keepalive_interval must be between 0 and 10 seconds")
         if utterance_end_ms is not None and not interim_results:
             raise ValueError("utterance_end_ms needs interim_results=True (Deepgram's rule)")
-        for name, value in (
-            ("timeout", timeout),
-            ("finalize_timeout", finalize_timeout),
-            ("close_timeout", close_timeout),
-        ):
-            if not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        key = _ws.api_key_from(api_key, _wire.KEY_VARIABLE)
-        self._base_url = _ws.ws_base_url(base_url, _wire.URL_VARIABLE, _wire.DEFAULT_BASE_URL)
-        if key is None and self._base_url == _wire.DEFAULT_BASE_URL:
-            raise ValueError(
-                "deepgram.STT needs an API key: pass api_key=... or set DEEPGRAM_API_KEY"
-            )
-        self._model = model
-        dialer = _ws.Dialer(
-            who="Deepgram",
-            owner="deepgram.STT",
-            headers={"Authorization": f"Token {key}"} if key else {},
-            timeout=timeout,
-            close_timeout=close_timeout,
-            policy=RetryPolicy(max_retries, retry_backoff, retry_backoff_cap),
-            http_session=http_session,
-            error=STTError,
-            log=logger,
-            reason_header=_wire.REASON_HEADER,
-        )
-        url = _wire.listen_url(
-            self._base_url,
-            {
-                "model": model,
-                "language": language,
-                "encoding": "linear16",
-                "sample_rate": sample_rate,
-                "channels": 1,
-                "interim_results": interim_results,
-                "endpointing": endpointing_ms if endpointing_ms is not None else False,
-                "utterance_end_ms": utterance_end_ms,
-                "vad_events": vad_events or None,
-                "smart_format": smart_format,
-                "punctuate": punctuate,
-                **dict(extra_query or {}),
-            },
-        )
+        query: dict[str, _wire.QueryValue | None] = {
+            "model": model,
+            "language": language,
+            "encoding": "linear16",
+            "sample_rate": sample_rate,
+            "channels": 1,
+            "interim_results": interim_results,
+            "endpointing": endpointing_ms if endpointing_ms is not None else False,
+            "utterance_end_ms": utterance_end_ms,
+            "vad_events": vad_events or None,
+            "smart_format": smart_format,
+            "punctuate": punctuate,
+            **dict(extra_query or {}),
+        }
         super().__init__(
-            url=url,
-            dialer=dialer,
-            connect_timeout=timeout,
+            api_key=api_key,
+            base_url=base_url,
+            auth=lambda key: {"Authorization": f"Token {key}"},
+            url=lambda root: _wire.listen_url(root, query),
             sample_rate=sample_rate,
+            timeout=timeout,
             finalize_timeout=finalize_timeout,
             close_timeout=close_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_backoff_cap=retry_backoff_cap,
+            http_session=http_session,
+            reason_header=_wire.REASON_HEADER,
         )
+        self._model = model
         self._keepalive_interval = keepalive_interval
 
     @property
