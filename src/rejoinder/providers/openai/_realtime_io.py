@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...models.realtime import ProviderError, RealtimeError, RealtimeEvent
 from .. import _json
+from .._ws import close_of
 from ._realtime_wire import PCM, AudioFormat, JSONObject, ServerError
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ async def read_until(
             lost = ConnectionResetError(f"the connection was lost before {wanted}")
             raise RealtimeError(str(lost)) from lost
         if message.type != aiohttp.WSMsgType.TEXT:
-            raise RealtimeError(f"the server closed the connection before {wanted}")
+            raise RealtimeError(_not_an_event(ws, message, wanted))
         try:
             event: object = _json.loads(message.data)
         except ValueError:  # malformed (or nested too deeply): dispatch reports it
@@ -125,6 +126,24 @@ async def read_until(
         fatal = dispatch(message.data)
         if fatal is not None:
             raise fatal
+
+
+def _not_an_event(
+    ws: aiohttp.ClientWebSocketResponse, message: aiohttp.WSMessage, wanted: str
+) -> str:
+    """What a frame that is not a text event, read during set-up, says happened."""
+    import aiohttp
+
+    if message.type == aiohttp.WSMsgType.BINARY:
+        return (
+            f"the server sent a binary frame before {wanted}, "
+            "where the Realtime API sends JSON text events"
+        )
+    if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING):
+        code, reason = close_of(ws, message)
+        why = f": {reason}" if reason else ""
+        return f"the server closed the connection before {wanted} (code {code}{why})"
+    return f"the server sent an unexpected {message.type.name} frame before {wanted}"
 
 
 def _setup_error(event: JSONObject, event_id: str | None) -> RealtimeError | None:
