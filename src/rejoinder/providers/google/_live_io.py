@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ...models.realtime import RealtimeError
+from .._audio_chunks import mono
+from .._ws import close_quietly as close_ws
 from ._live_wire import INPUT_RATE, JSONObject, close_error, parse_message, redact
 
 if TYPE_CHECKING:
@@ -146,16 +148,6 @@ async def read_frames(
             return Ended(f"the connection was lost (WebSocket {frame.type.name.lower()})")
 
 
-async def close_ws(ws: aiohttp.ClientWebSocketResponse | None, grace: float) -> None:
-    """Close without ever hanging: a peer that does not answer the close within
-    ``grace`` seconds is cut off."""
-    if ws is None or ws.closed:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(grace):
-            await ws.close()
-
-
 class Link:
     """One WebSocket and a writer task that sends queued messages in order, so the
     session's synchronous calls never wait on the network."""
@@ -203,14 +195,10 @@ class MicInput:
         self._rebuffer: FrameRebuffer | None = None
 
     def push(self, frame: AudioFrame) -> list[tuple[bytes, AudioFrame]]:
-        import numpy as np
-
         from ...models.audio import AudioFrame
         from ...models.audio_utils import FrameRebuffer, Resampler
 
-        if frame.num_channels > 1:
-            mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-            frame = AudioFrame(np.round(mixed).astype(np.int16), frame.sample_rate)
+        frame = mono(frame)
         if self._resampler is None or self._resampler.in_rate != frame.sample_rate:
             self._resampler = Resampler(frame.sample_rate, INPUT_RATE)
         if self._rebuffer is None:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...models.realtime import ProviderError, RealtimeError
+from .._audio_chunks import mono
+from .._ws import close_quietly as close_ws
 from ._gpt_live_protocol import (
     SAMPLE_RATE,
     JSONObject,
@@ -117,16 +119,6 @@ async def _await_started(ws: aiohttp.ClientWebSocketResponse) -> str | None:
         logger.debug("GPT-Live: ignored %r before session.started", kind)
 
 
-async def close_ws(ws: aiohttp.ClientWebSocketResponse | None, grace: float) -> None:
-    """Close without ever hanging: a peer that does not answer the close frame within
-    ``grace`` seconds is cut off."""
-    if ws is None or ws.closed:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(grace):
-            await ws.close()
-
-
 class Link:
     """One WebSocket with a writer task that sends queued client events in order, so the
     synchronous ``RealtimeSession`` methods never wait on the network."""
@@ -171,14 +163,9 @@ class InputAudio:
     def push(self, frame: AudioFrame) -> tuple[list[str], int]:
         """The chunks ``frame`` completes, and how much audio it added, counted in 24 kHz
         samples (the user-turn tracker's clock) whatever the format's rate."""
-        import numpy as np
-
-        from ...models.audio import AudioFrame
         from ...models.audio_utils import Resampler
 
-        if frame.num_channels > 1:
-            mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-            frame = AudioFrame(mixed.astype(np.int16), frame.sample_rate)
+        frame = mono(frame)
         rate = self.audio.rate
         if self._resampler is None or self._resampler.in_rate != frame.sample_rate:
             self._resampler = Resampler(frame.sample_rate, rate)  # a no-op at the same rate

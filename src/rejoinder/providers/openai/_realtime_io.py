@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...models.realtime import ProviderError, RealtimeError, RealtimeEvent
 from .. import _json
+from .._audio_chunks import mono
 from .._ws import close_of
 from ._realtime_wire import PCM, AudioFormat, JSONObject, ServerError
 
@@ -244,10 +245,10 @@ class MicChunker:
     def push(self, frame: AudioFrame) -> list[bytes]:
         from ...models.audio_utils import Resampler
 
-        mono = _downmix(frame)
-        if self._resampler is None or self._resampler.in_rate != mono.sample_rate:
-            self._resampler = Resampler(mono.sample_rate, self.audio.rate)
-        out = self._resampler.push(mono)
+        mixed = mono(frame)
+        if self._resampler is None or self._resampler.in_rate != mixed.sample_rate:
+            self._resampler = Resampler(mixed.sample_rate, self.audio.rate)
+        out = self._resampler.push(mixed)
         if out is not None:
             self._pending += self.audio.encode(out.data)
         size = self._chunk_bytes
@@ -260,14 +261,3 @@ class MicChunker:
     def reset(self) -> None:
         self._resampler = None
         self._pending.clear()
-
-
-def _downmix(frame: AudioFrame) -> AudioFrame:
-    if frame.num_channels == 1:
-        return frame
-    import numpy as np
-
-    from ...models.audio import AudioFrame
-
-    mixed = frame.data.reshape(-1, frame.num_channels).mean(axis=1)
-    return AudioFrame(np.round(mixed).astype(np.int16), frame.sample_rate)
