@@ -17,7 +17,9 @@ alike about their connections, in one place:
 
 What each provider says differently is a parameter: its name, its key header, how its
 server explains a refusal (Deepgram's ``dg-error`` header; what a 404 means for a voice).
-``aiohttp`` is imported on first use only, so importing this stays cheap.
+The realtime providers, which open their sessions their own way (``RealtimeError`` with
+``fatal`` and ``code``), use ``close_quietly`` and ``close_of`` from here too. ``aiohttp``
+is imported on first use only, so importing this stays cheap.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ...models.realtime import RealtimeError
 from .._audio_chunks import mono
-from .._ws import close_quietly as close_ws
+from .._ws import close_quietly
 from ._live_wire import INPUT_RATE, JSONObject, close_error, parse_message, redact
 
 if TYPE_CHECKING:
@@ -33,6 +33,10 @@ logger = logging.getLogger("rejoinder.providers.google.live")
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 CHUNK_SAMPLES = INPUT_RATE // 10
 """100 ms of input audio per ``realtimeInput`` message."""
+
+
+close_ws = close_quietly
+"""Close without ever hanging: the session's name for ``_ws.close_quietly``."""
 
 
 class SetupRefused(RealtimeError):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...models.realtime import ProviderError, RealtimeError
 from .._audio_chunks import mono
-from .._ws import close_quietly as close_ws
+from .._ws import close_quietly
 from ._gpt_live_protocol import (
     SAMPLE_RATE,
     JSONObject,
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from ...models.audio_utils import FrameRebuffer, Resampler
 
 _MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+close_ws = close_quietly
+"""Close without ever hanging: the session's name for ``_ws.close_quietly``."""
 
 
 async def open_session(
