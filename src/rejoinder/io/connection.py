@@ -36,7 +36,9 @@ from .protocol import (
     ClientMessage,
     ErrorCode,
     ErrorMessage,
+    Interrupt,
     MetricsMessage,
+    Mute,
     Played,
     Ready,
     ServerMessage,
@@ -207,6 +209,11 @@ class _AgentText(TextOutput):
         self._parts.clear()
         self._shown = 0
 
+    @property
+    def open(self) -> bool:
+        """Interim text was shown that no final transcript closed yet."""
+        return self._shown > 0
+
     def _text(self) -> str:
         if len(self._parts) > 1:
             self._parts[:] = ["".join(self._parts)]
@@ -295,6 +302,10 @@ class Connection:
             self.audio_output.on_played(message.samples, cleared=message.cleared)
         elif isinstance(message, UserText):
             self._user_text(message.text)
+        elif isinstance(message, Mute):
+            self._when_ready("mute", lambda s: s.mute_input(message.muted))
+        elif isinstance(message, Interrupt):
+            self._when_ready("interrupt", lambda s: s.interrupt())
         elif isinstance(message, Start):
             self.send(
                 ErrorMessage(code=ErrorCode.ALREADY_STARTED, message="start was already sent")
@@ -414,6 +425,11 @@ class Connection:
         send = self.send
 
         def agent_state(ev: Any) -> None:
+            if ev.new_state == "listening" and self._text.open:
+                # The reply ended with nothing heard by the history's measure (cut in its
+                # first word): its interim text still gets the final that closes it.
+                self._text.final()
+                send(TranscriptMessage(role="agent", text="", final=True, interrupted=True))
             send(AgentStateMessage(state=ev.new_state))
 
         def user_state(ev: Any) -> None:
@@ -471,6 +487,17 @@ class Connection:
         for name, handler in handlers:
             session.on(name, handler)
         return handlers
+
+    def _when_ready(self, what: str, act: Callable[[AgentSession[Any]], object]) -> None:
+        """Apply a client's control to the session, or tell it why not."""
+        session = self.session
+        if session is None or not self._ready:
+            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=f"{what}: not ready"))
+            return
+        try:
+            act(session)
+        except RuntimeError as exc:  # closing, or not running any more
+            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=f"{what}: {exc}"))
 
     def _user_text(self, text: str) -> None:
         session = self.session

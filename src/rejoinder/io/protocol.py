@@ -33,7 +33,9 @@ __all__ = [
     "CloseCode",
     "ErrorCode",
     "ErrorMessage",
+    "Interrupt",
     "MetricsMessage",
+    "Mute",
     "Played",
     "ProtocolError",
     "Ready",
@@ -80,6 +82,11 @@ class CloseCode(IntEnum):
     """No ``start`` message arrived in time."""
     SLOW_CLIENT = 4002
     """The client does not read what the server sends (its queue overflowed)."""
+    PROTOCOL_MISMATCH = 4003
+    """``start`` named a protocol version this server does not speak."""
+    RESUME_FAILED = 4004
+    """``start`` asked to resume a session that is gone (unknown or expired token, or
+    resuming is off): start a new session."""
 
 
 class ErrorCode:
@@ -99,6 +106,8 @@ class ErrorCode:
     confirmed); the server estimates playback until they resume."""
     SESSION = "session_error"
     INTERNAL = "internal_error"
+    PROTOCOL_MISMATCH = "protocol_mismatch"
+    RESUME_FAILED = "resume_failed"
 
 
 class ProtocolError(Exception):
@@ -127,6 +136,12 @@ class Start(_Message):
     sample_rate: Annotated[int, Field(ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE)]
     timeline: bool = False
     """Send ``timeline`` messages: the floor's entries of the session timeline."""
+    protocol: Annotated[int, Field(ge=1)] | None = None
+    """The protocol version the client speaks; another than the server's is refused
+    (``protocol_mismatch``, close 4003). Absent: the client takes the server's."""
+    resume: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """The ``resume_token`` of an earlier ``ready``: continue that session (it was kept
+    for ``resume_grace`` seconds after its connection dropped)."""
 
 
 class Played(_Message):
@@ -145,8 +160,29 @@ class UserText(_Message):
     text: Annotated[str, Field(min_length=1, max_length=MAX_USER_TEXT_CHARS)]
 
 
-ClientMessage: TypeAlias = Start | Played | UserText
-_CLIENT_TYPES: dict[str, type[_Message]] = {"start": Start, "played": Played, "text": UserText}
+class Mute(_Message):
+    """The user muted (or unmuted) their microphone: the session hears silence meanwhile
+    (``session.mute_input``); the client may keep sending audio or not."""
+
+    type: Literal["mute"] = "mute"
+    muted: bool
+
+
+class Interrupt(_Message):
+    """Stop what the agent is saying now (a button, not speech): ``session.interrupt()``;
+    the server answers with ``clear`` as for a barge-in."""
+
+    type: Literal["interrupt"] = "interrupt"
+
+
+ClientMessage: TypeAlias = Start | Played | UserText | Mute | Interrupt
+_CLIENT_TYPES: dict[str, type[_Message]] = {
+    "start": Start,
+    "played": Played,
+    "text": UserText,
+    "mute": Mute,
+    "interrupt": Interrupt,
+}
 
 
 # ------------------------------------------------------------ server -> client
@@ -157,6 +193,16 @@ class Ready(_Message):
     sample_rate: int
     """Rate of the agent audio the server sends (PCM16LE mono)."""
     protocol: int = PROTOCOL_VERSION
+    session_id: str | None = None
+    """The session's id (the same after a resume)."""
+    resume_token: str | None = None
+    """Give it as ``start.resume`` (WebRTC: the offer's ``resume`` query parameter) to
+    continue this session after the connection drops; single use: each ``ready`` brings
+    a new one. Absent: the server keeps no session for resuming."""
+    resume_grace: float | None = None
+    """Seconds the session is kept after its connection drops."""
+    resumed: bool | None = None
+    """True when this ``ready`` continues an earlier connection's session."""
 
 
 class Clear(_Message):

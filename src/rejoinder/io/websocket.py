@@ -30,6 +30,7 @@ from .outbox import CloseRequest, Outbox
 from .playback import ReportedPlayback
 from .protocol import (
     MAX_TEXT_CHARS,
+    PROTOCOL_VERSION,
     Clear,
     CloseCode,
     ErrorCode,
@@ -166,7 +167,17 @@ class WebSocketPeer:
 
     # ---------------------------------------------------------- internal
 
-    def _start(self, message: Start) -> Connection:
+    def _start(self, message: Start) -> Connection | None:
+        if message.protocol is not None and message.protocol != PROTOCOL_VERSION:
+            self.fail(
+                CloseCode.PROTOCOL_MISMATCH,
+                ErrorCode.PROTOCOL_MISMATCH,
+                f"this server speaks protocol {PROTOCOL_VERSION}, not {message.protocol}",
+            )
+            return None
+        return self._started(message)
+
+    def _started(self, message: Start) -> Connection:
         playback = ReportedPlayback(
             self.options.output_sample_rate, self._send_audio, self._send_clear
         )
