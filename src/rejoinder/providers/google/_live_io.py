@@ -158,24 +158,26 @@ class Link:
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
-        self._queue: asyncio.Queue[JSONObject] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[JSONObject, str]] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write(), name="gemini-live-writer")
 
     def send(self, message: JSONObject) -> None:
-        self._queue.put_nowait(message)
+        """Queue ``message``; written as JSON here, so a message that cannot be is the
+        caller's error (``TypeError``/``ValueError``), not a writer that stops unseen."""
+        self._queue.put_nowait((message, json.dumps(message)))
 
     def take_unsent(self) -> list[JSONObject]:
         """The messages not written yet (they can go to the next connection)."""
         unsent: list[JSONObject] = []
         while not self._queue.empty():
-            unsent.append(self._queue.get_nowait())
+            unsent.append(self._queue.get_nowait()[0])
         return unsent
 
     async def _write(self) -> None:
         while True:
-            message = await self._queue.get()
+            _, text = await self._queue.get()
             try:
-                await self.ws.send_str(json.dumps(message))
+                await self.ws.send_str(text)
             except Exception as exc:  # the socket went away; the reader reports the loss
                 logger.debug("Gemini Live: a send failed, the writer stops: %r", exc)
                 return
