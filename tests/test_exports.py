@@ -114,7 +114,9 @@ def test_model_interfaces_are_importable_from_rejoinder_models(name: str) -> Non
     assert name in models.__all__
 
 
-@pytest.mark.parametrize("package", ["rejoinder", "rejoinder.models", "rejoinder.testing"])
+@pytest.mark.parametrize(
+    "package", ["rejoinder", "rejoinder.models", "rejoinder.testing", "rejoinder.client"]
+)
 def test_every_name_in_all_resolves(package: str) -> None:
     module = importlib.import_module(package)
     missing = [name for name in module.__all__ if not hasattr(module, name)]
