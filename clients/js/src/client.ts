@@ -1,0 +1,478 @@
+/**
+ * `RejoinderClient`: one API over both transports, for a browser page (or any runtime that
+ * brings a `Platform`).
+ *
+ * ```ts
+ * const client = new RejoinderClient();
+ * client.on("agentState", ({ state }) => show(state));
+ * client.on("transcript", (turn) => render(turn));
+ * await client.connect({ url: "https://agent.example.com/", transport: "webrtc" });
+ * ```
+ *
+ * The audio side (context, microphone, worklets) is opened once per `connect()` and kept
+ * across reconnects; each connection is a `Link`. What a close means (end, give up, resume,
+ * new session) is the `ReconnectPolicy`'s to decide; this class carries it out.
+ */
+
+import { browserPlatform } from "./browser/index.js";
+import { Conversation, type Transcript } from "./conversation.js";
+import { TypedEmitter } from "./emitter.js";
+import { RejoinderError } from "./errors.js";
+import type { ReadyEvent, RejoinderEvents, Transport } from "./events.js";
+import { DEFAULT_CAPTURE_RATE, MAX_SAMPLE_RATE, MAX_USER_TEXT_CHARS, MIN_SAMPLE_RATE } from "./limits.js";
+import type { Link, LinkEvents } from "./links/link.js";
+import { WebRTCLink } from "./links/webrtc.js";
+import { WebSocketLink } from "./links/websocket.js";
+import type { AudioSession, Platform } from "./platform.js";
+import type { AgentStateName, ClientMessage, Ready, ServerMessage, UserStateName } from "./protocol.js";
+import { ReconnectPolicy, type LinkClose, type ReconnectOptions } from "./reconnect.js";
+import { endpoints } from "./url.js";
+
+export interface ConnectOptions {
+  /** The app's address (`https://host/`), or its WebSocket (`wss://host/ws`). */
+  url: string | URL;
+  /** Default `"websocket"`. */
+  transport?: Transport;
+  /** `true` (default): the default microphone; a stream: that one (not stopped on close);
+   * `false`: none (typed text only). */
+  microphone?: MediaStream | boolean;
+  /** Ask for `timeline` events (the floor's entries of the session timeline). */
+  timeline?: boolean;
+  /** The microphone rate sent in `start` (WebSocket; default 16000). */
+  sampleRate?: number;
+  /** Reconnect after a drop (default: up to 8 attempts, 250 ms doubling to 5 s); `false`: never. */
+  reconnect?: ReconnectOptions | false;
+  /** How long a connection may take to bring `ready` (default 15000 ms). */
+  connectTimeoutMs?: number;
+  /** An audio context to use (not closed by the client); else one is created. */
+  audioContext?: AudioContext;
+  /** Load the worklet from this URL (the package's `dist/worklet.js`) instead of the copy
+   * embedded in the bundle: for a Content-Security-Policy without `blob:`. */
+  workletUrl?: string | URL;
+  /** WebRTC: share a camera too (its video tracks go to the agent). */
+  camera?: MediaStream;
+  /** WebRTC: ICE servers (default none: the server is reachable directly). */
+  iceServers?: RTCIceServer[];
+  /** WebRTC: the element that plays the agent's voice (default: one the client creates). */
+  audioElement?: HTMLAudioElement;
+}
+
+export interface ClientOptions {
+  /** The platform (default: the browser's). */
+  platform?: Platform;
+}
+
+export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
+
+export interface ClientStats {
+  /** Microphone samples sent (WebSocket), over the whole `connect()`. */
+  readonly sentSamples: number;
+  /** Agent samples received (WebSocket), over the whole `connect()`. */
+  readonly receivedSamples: number;
+  /** The last `played` count reported, on the current connection. */
+  readonly playedSamples: number;
+  /** `played` reports marked `cleared` sent. */
+  readonly clearedReports: number;
+}
+
+interface Settings {
+  readonly transport: Transport;
+  readonly websocketUrl: string;
+  readonly offerUrl: URL;
+  readonly sampleRate: number;
+  readonly timeline: boolean;
+  readonly connectTimeoutMs: number;
+  readonly options: ConnectOptions;
+}
+
+function settle(options: ConnectOptions, baseUrl: string | undefined): Settings {
+  const transport = options.transport ?? "websocket";
+  if (transport !== "websocket" && transport !== "webrtc") {
+    throw new TypeError(`transport is "websocket" or "webrtc", not ${JSON.stringify(transport)}`);
+  }
+  const sampleRate = options.sampleRate ?? DEFAULT_CAPTURE_RATE;
+  if (!Number.isInteger(sampleRate) || sampleRate < MIN_SAMPLE_RATE || sampleRate > MAX_SAMPLE_RATE) {
+    throw new RangeError(`sampleRate is an integer from ${MIN_SAMPLE_RATE} to ${MAX_SAMPLE_RATE} Hz, not ${sampleRate}`);
+  }
+  if (options.camera !== undefined && transport !== "webrtc") {
+    throw new TypeError("the camera goes over WebRTC only (transport: \"webrtc\")");
+  }
+  const { websocket, offer } = endpoints(options.url, baseUrl);
+  return {
+    transport,
+    websocketUrl: websocket.href,
+    offerUrl: offer,
+    sampleRate,
+    timeline: options.timeline === true,
+    connectTimeoutMs: options.connectTimeoutMs ?? 15000,
+    options,
+  };
+}
+
+function asError(error: unknown): RejoinderError {
+  if (error instanceof RejoinderError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new RejoinderError("client_error", message, { cause: error });
+}
+
+export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
+  readonly #platform: Platform;
+  #state: ClientState = "idle";
+  #conversation = new Conversation();
+  #policy = new ReconnectPolicy();
+  #settings: Settings | null = null;
+  #audio: AudioSession | null = null;
+  #link: Link | null = null;
+  #resumeSent: string | null = null; // the token the current link was opened with
+  #epoch = 0;
+  #run = 0; // one per connect(): callbacks of an earlier one are ignored
+  #retryTimer: unknown = null;
+  #readyTimer: unknown = null;
+  #pending: { resolve(ready: ReadyEvent): void; reject(error: RejoinderError): void } | null = null;
+  #ready: ReadyEvent | null = null;
+  #sessionId: string | null = null;
+  #muted = false;
+  #stats = { sentBefore: 0, receivedSamples: 0, playedSamples: 0, clearedReports: 0 };
+
+  constructor(options: ClientOptions = {}) {
+    super();
+    this.#platform = options.platform ?? browserPlatform();
+  }
+
+  get state(): ClientState {
+    return this.#state;
+  }
+
+  get agentState(): AgentStateName | null {
+    return this.#conversation.agentState;
+  }
+
+  get userState(): UserStateName | null {
+    return this.#conversation.userState;
+  }
+
+  /** Every turn so far, in order (interim ones as they stand). */
+  get transcripts(): readonly Transcript[] {
+    return [...this.#conversation.transcripts];
+  }
+
+  get muted(): boolean {
+    return this.#muted;
+  }
+
+  get sessionId(): string | null {
+    return this.#sessionId;
+  }
+
+  /** The last `ready` (null before the first). */
+  get ready(): ReadyEvent | null {
+    return this.#ready;
+  }
+
+  get stats(): ClientStats {
+    const s = this.#stats;
+    return {
+      sentSamples: s.sentBefore + (this.#link?.sentSamples ?? 0),
+      receivedSamples: s.receivedSamples,
+      playedSamples: s.playedSamples,
+      clearedReports: s.clearedReports,
+    };
+  }
+
+  /** The audio context and the microphone stream in use (e.g. for a level meter). */
+  get media(): { readonly context: AudioContext | null; readonly microphone: MediaStream | null } {
+    return { context: this.#audio?.context ?? null, microphone: this.#audio?.microphone ?? null };
+  }
+
+  /**
+   * Opens the microphone and the audio, connects, and resolves with the first `ready`.
+   * Call it from a user gesture (browsers start audio only then). It rejects with a
+   * `RejoinderError` (a `close` event says the same) when the microphone, the audio or
+   * the connection fails before the agent is ready; nothing is retried before that.
+   */
+  connect(options: ConnectOptions): Promise<ReadyEvent> {
+    if (this.#state !== "idle" && this.#state !== "closed") {
+      return Promise.reject(new RejoinderError("already_connected", `connect() while ${this.#state}: close() first`));
+    }
+    let settings: Settings;
+    try {
+      settings = settle(options, this.#platform.baseUrl);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.#settings = settings;
+    this.#state = "connecting";
+    this.#conversation = new Conversation();
+    this.#policy = new ReconnectPolicy(options.reconnect ?? {});
+    this.#ready = null;
+    this.#sessionId = null;
+    this.#stats = { sentBefore: 0, receivedSamples: 0, playedSamples: 0, clearedReports: 0 };
+    const run = ++this.#run;
+    // Synchronously, while a click's user activation lasts: the audio context starts.
+    let opening: Promise<AudioSession>;
+    try {
+      opening = this.#platform.openAudio({
+        transport: settings.transport,
+        microphone: options.microphone ?? true,
+        audioContext: options.audioContext,
+        workletUrl: options.workletUrl,
+      });
+    } catch (error) {
+      opening = Promise.reject(error);
+    }
+    return new Promise<ReadyEvent>((resolve, reject) => {
+      this.#pending = { resolve, reject };
+      opening.then(
+        (audio) => {
+          if (run !== this.#run) {
+            void audio.close();
+            return;
+          }
+          this.#audio = audio;
+          for (const track of audio.microphone?.getAudioTracks() ?? []) track.enabled = !this.#muted;
+          if (audio.player !== null) audio.player.onReport = (report) => this.#link?.playerReport(report);
+          if (settings.transport === "websocket") audio.startCapture(settings.sampleRate, (pcm) => this.#capture(pcm));
+          this.#open(null);
+        },
+        (error: unknown) => {
+          if (run === this.#run) this.#finish(asError(error), false);
+        },
+      );
+    });
+  }
+
+  /** Typed user input: a user turn (it interrupts the agent, as speech would). */
+  sendText(text: string): void {
+    if (typeof text !== "string" || text.length === 0) throw new RejoinderError("invalid_text", "the text is empty");
+    const length = [...text].length;
+    if (length > MAX_USER_TEXT_CHARS) {
+      throw new RejoinderError("invalid_text", `the text is ${length} characters, over ${MAX_USER_TEXT_CHARS}`);
+    }
+    this.#send({ type: "text", text });
+  }
+
+  /** Mutes the microphone: the session hears silence, and the user cannot take a turn or
+   * interrupt. Kept across reconnects; takes effect on the server once connected. */
+  mute(muted: boolean): void {
+    this.#muted = muted;
+    // WebRTC: a disabled track sends silence (WebSocket: `#capture` sends zeros).
+    for (const track of this.#audio?.microphone?.getAudioTracks() ?? []) track.enabled = !muted;
+    if (this.#state === "connected") this.#link?.send({ type: "mute", muted });
+  }
+
+  /** Stops what the agent is saying now (a `clear` follows, as for a barge-in). */
+  interrupt(): void {
+    this.#send({ type: "interrupt" });
+  }
+
+  /** Ends the session (the server ends it too) and releases the microphone and audio. */
+  async close(): Promise<void> {
+    if (this.#state === "idle" || this.#state === "closed") return;
+    this.#run += 1;
+    await this.#finish(null, true);
+  }
+
+  #send(message: ClientMessage): void {
+    const sent = this.#state === "connected" && this.#link !== null && this.#link.send(message);
+    if (!sent) {
+      throw new RejoinderError("not_ready", `cannot send ${message.type} while ${this.#state}: wait for "ready"`);
+    }
+  }
+
+  #capture(pcm: ArrayBuffer): void {
+    // Muted: the server still gets its clock of audio, but silence.
+    this.#link?.sendAudio(this.#muted ? new ArrayBuffer(pcm.byteLength) : pcm);
+  }
+
+  #open(resume: string | null): void {
+    const settings = this.#settings!;
+    const audio = this.#audio!;
+    this.#retryTimer = null;
+    this.#resumeSent = resume;
+    let link: Link | null = null;
+    const mine = (): boolean => link !== null && this.#link === link;
+    const events: LinkEvents = {
+      message: (message) => mine() && this.#message(message),
+      invalid: (why) => mine() && this.emit("error", new RejoinderError("invalid_server_message", why)),
+      played: (report) => {
+        if (!mine()) return;
+        this.#stats.playedSamples = report.samples;
+        if (report.cleared) this.#stats.clearedReports += 1;
+        this.emit("played", { samples: report.samples, cleared: report.cleared === true });
+      },
+      received: (samples) => {
+        if (mine()) this.#stats.receivedSamples += samples;
+      },
+      closed: (close) => mine() && this.#closed(close),
+    };
+    try {
+      link =
+        settings.transport === "websocket"
+          ? new WebSocketLink({
+              platform: this.#platform,
+              url: settings.websocketUrl,
+              audio,
+              epoch: ++this.#epoch,
+              sampleRate: settings.sampleRate,
+              timeline: settings.timeline,
+              resume,
+              events,
+            })
+          : new WebRTCLink({
+              platform: this.#platform,
+              offerUrl: settings.offerUrl,
+              audio,
+              camera: settings.options.camera ?? null,
+              iceServers: settings.options.iceServers ?? [],
+              audioElement: settings.options.audioElement,
+              timeline: settings.timeline,
+              resume,
+              events,
+            });
+    } catch (error) {
+      this.#closed({ code: 1006, reason: "", serverError: null, failure: asError(error) });
+      return;
+    }
+    this.#link = link;
+    this.#readyTimer = this.#platform.timers.setTimeout(() => {
+      if (!mine()) return;
+      link!.close(false);
+      const seconds = settings.connectTimeoutMs / 1000;
+      const failure = new RejoinderError("connect_timeout", `the agent was not ready within ${seconds} s`, {
+        closeCode: 1006,
+      });
+      this.#closed({ code: 1006, reason: failure.message, serverError: null, failure });
+    }, settings.connectTimeoutMs);
+  }
+
+  #message(message: ServerMessage): void {
+    switch (message.type) {
+      case "ready":
+        this.#onReady(message);
+        break;
+      case "clear":
+        this.emit("clear", {});
+        break;
+      case "agent_state": {
+        const change = this.#conversation.agent(message.state);
+        if (change !== null) this.emit("agentState", change);
+        break;
+      }
+      case "user_state": {
+        const change = this.#conversation.user(message.state);
+        if (change !== null) this.emit("userState", change);
+        break;
+      }
+      case "transcript":
+        this.emit("transcript", this.#conversation.transcript(message));
+        break;
+      case "tool":
+        this.emit("tool", {
+          name: message.name,
+          callId: message.call_id,
+          status: message.status,
+          error: message.error === true,
+        });
+        break;
+      case "metrics":
+        this.emit("metrics", message.metrics as RejoinderEvents["metrics"]);
+        break;
+      case "timeline":
+        this.emit("timeline", message.entry as unknown as RejoinderEvents["timeline"]);
+        break;
+      case "error":
+        this.emit("error", RejoinderError.fromServer(message));
+        break;
+    }
+  }
+
+  #onReady(message: Ready): void {
+    this.#platform.timers.clearTimeout(this.#readyTimer);
+    const resumed = message.resumed === true;
+    if (this.#resumeSent !== null && !resumed) {
+      // A server that does not resume (an older one ignores `resume`) began a new session.
+      this.#restarted(
+        new RejoinderError("resume_failed", "the server began a new session instead of resuming the old one"),
+      );
+    }
+    this.#policy.ready(message.resume_token);
+    this.#sessionId = message.session_id ?? null;
+    this.#state = "connected";
+    const ready: ReadyEvent = {
+      sampleRate: message.sample_rate,
+      protocol: message.protocol ?? 1,
+      sessionId: this.#sessionId,
+      resumed,
+      transport: this.#settings!.transport,
+    };
+    this.#ready = ready;
+    if (this.#muted) this.#link?.send({ type: "mute", muted: true });
+    this.emit("ready", ready);
+    const pending = this.#pending;
+    this.#pending = null;
+    pending?.resolve(ready);
+  }
+
+  /** The session is gone: its open turns are lost, and the next one is new. */
+  #restarted(error: RejoinderError): void {
+    for (const turn of this.#conversation.endSession()) this.emit("transcript", turn);
+    const previousSessionId = this.#sessionId;
+    this.#sessionId = null;
+    this.emit("sessionRestarted", { error, previousSessionId });
+  }
+
+  #closed(close: LinkClose): void {
+    this.#platform.timers.clearTimeout(this.#readyTimer);
+    const link = this.#link;
+    this.#link = null;
+    if (link !== null) this.#stats.sentBefore += link.sentSamples;
+    if (this.#state === "closed" || this.#state === "idle") return;
+    const decision = this.#policy.decide(close);
+    if (decision.kind === "end") {
+      void this.#finish(null, false);
+      return;
+    }
+    if (decision.kind === "fail") {
+      void this.#finish(decision.error, false);
+      return;
+    }
+    if (decision.resume === null) this.#restarted(decision.error);
+    this.#state = "reconnecting";
+    this.emit("reconnecting", {
+      attempt: decision.attempt,
+      delayMs: decision.delayMs,
+      error: decision.error,
+      resuming: decision.resume !== null,
+    });
+    if (this.#state !== "reconnecting") return; // a listener closed the client
+    const run = this.#run;
+    this.#retryTimer = this.#platform.timers.setTimeout(() => {
+      if (run === this.#run && this.#state === "reconnecting") this.#open(decision.resume);
+    }, decision.delayMs);
+  }
+
+  async #finish(error: RejoinderError | null, byUser: boolean): Promise<void> {
+    if (this.#state === "closed") return;
+    this.#state = "closed";
+    const timers = this.#platform.timers;
+    if (this.#retryTimer !== null) timers.clearTimeout(this.#retryTimer);
+    timers.clearTimeout(this.#readyTimer);
+    this.#retryTimer = this.#readyTimer = null;
+    const link = this.#link;
+    this.#link = null;
+    if (link !== null) {
+      this.#stats.sentBefore += link.sentSamples;
+      link.close(true);
+    }
+    const audio = this.#audio;
+    this.#audio = null;
+    for (const turn of this.#conversation.endSession()) this.emit("transcript", turn);
+    this.emit("close", { error, byUser });
+    const pending = this.#pending;
+    this.#pending = null;
+    pending?.reject(
+      error ?? new RejoinderError("closed", byUser ? "closed before the agent was ready" : "the session ended before it was ready"),
+    );
+    await audio?.close();
+  }
+}
