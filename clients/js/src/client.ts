@@ -436,7 +436,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       void this.#finish(decision.error, false);
       return;
     }
-    if (decision.resume === null) this.#restarted(decision.error);
+    if (decision.restart !== null) this.#restarted(decision.restart);
     this.#state = "reconnecting";
     this.emit("reconnecting", {
       attempt: decision.attempt,

@@ -9,7 +9,7 @@
  * failure closes a WebSocket with); `serverMessage` is the server's `error.message`.
  */
 
-import type { ErrorMessage } from "./protocol.js";
+import type { CloseCode, ErrorCode, ErrorMessage } from "./protocol.js";
 
 /** What the client does when a connection closes with a code. */
 export type CloseAction =
@@ -29,7 +29,9 @@ export interface CloseCodeInfo {
   readonly action: CloseAction;
 }
 
-/** The close codes of docs/protocol.md ("Errors and close codes"), plus the browser's own. */
+/** The close codes of docs/protocol.md ("Errors and close codes"), plus the browser's own
+ * (1005, 1006) and the hosting's (1012, 1013). Every `CloseCode` of the server's models must
+ * be here: the type checker says so when the server adds one. */
 export const CLOSE_CODES: Readonly<Record<number, CloseCodeInfo>> = {
   1000: { name: "session_ended", meaning: "the session ended", action: "end" },
   1001: { name: "going_away", meaning: "the server is going away", action: "retry" },
@@ -54,7 +56,7 @@ export const CLOSE_CODES: Readonly<Record<number, CloseCodeInfo>> = {
     action: "fatal",
   },
   4004: { name: "resume_failed", meaning: "the session to resume is gone", action: "fresh" },
-};
+} satisfies { readonly [code in CloseCode]: CloseCodeInfo } & { readonly [code: number]: CloseCodeInfo };
 
 /** Server `error` codes that come with a close, and the close code they come with: on
  * WebRTC (no close codes) the client reads the close code from the last such error. */
@@ -65,7 +67,7 @@ export const ERROR_CLOSE_CODES: Readonly<Record<string, number>> = {
   internal_error: 1011,
   protocol_mismatch: 4003,
   resume_failed: 4004,
-};
+} satisfies { readonly [code in ErrorCode]?: number };
 
 export function closeInfo(code: number): CloseCodeInfo {
   return (

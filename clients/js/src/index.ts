@@ -37,6 +37,6 @@ export type {
   SocketLike,
   Timers,
 } from "./platform.js";
-export { PROTOCOL_VERSION } from "./protocol.js";
+export { CloseCode, ErrorCode, PROTOCOL_VERSION } from "./protocol.js";
 export type * from "./protocol.js";
 export type { ReconnectOptions } from "./reconnect.js";

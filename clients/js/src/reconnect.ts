@@ -7,8 +7,9 @@
  * - After it, a dropped connection (no close frame, 1001, 1013, 4001, 4002, an unknown
  *   code) is reconnected with exponential backoff, sending the last `ready.resume_token`;
  *   each `ready` brings a new token and resets the attempts.
- * - `resume_failed` (4004) and a lost session (1012) start a new session at once; so does
- *   a drop when the server gave no token (it keeps no session for resuming).
+ * - `resume_failed` (4004) and a lost session (1012) start a new session at once; a drop
+ *   when the server gave no token (it keeps no session for resuming) starts one after the
+ *   backoff (`restart` says why, as `resume_unavailable`).
  * - 1000 ends; the other codes (1003, 1007, 1008, 1009, 1011, 4003) are mistakes a
  *   reconnect would repeat: the client gives up with the error.
  */
@@ -43,11 +44,14 @@ export type Decision =
   | { readonly kind: "fail"; readonly error: RejoinderError }
   | {
       readonly kind: "reconnect";
-      /** `null`: a new session (emit `sessionRestarted` with `error`). */
+      /** The token to resume with; `null`: a new session. */
       readonly resume: string | null;
       readonly delayMs: number;
       readonly attempt: number;
+      /** Why the connection closed. */
       readonly error: RejoinderError;
+      /** Why the session cannot go on (emit `sessionRestarted`), or `null` when it can. */
+      readonly restart: RejoinderError | null;
     };
 
 export class ReconnectPolicy {
@@ -106,16 +110,25 @@ export class ReconnectPolicy {
     if (action === "fresh") {
       // The server said the session is gone: a new one at once (bounded by the attempts).
       this.#token = null;
-      return { kind: "reconnect", resume: null, delayMs: 0, attempt: this.#attempt, error };
+      return { kind: "reconnect", resume: null, delayMs: 0, attempt: this.#attempt, error, restart: error };
     }
     const base = this.delay(this.#attempt);
     const spread = base * this.#jitter * (2 * this.random() - 1);
+    const restart =
+      this.#token !== null
+        ? null
+        : new RejoinderError(
+            "resume_unavailable",
+            `${error.message}, and the server keeps no session to resume (its ready had no resume_token)`,
+            { closeCode: error.closeCode, cause: error },
+          );
     return {
       kind: "reconnect",
       resume: this.#token,
       delayMs: Math.max(0, Math.round(base + spread)),
       attempt: this.#attempt,
       error,
+      restart,
     };
   }
 }

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { CLOSE_CODES, ERROR_CLOSE_CODES, RejoinderError, closeInfo } from "../dist/index.js";
+import { CLOSE_CODES, CloseCode, ERROR_CLOSE_CODES, ErrorCode, RejoinderError, closeInfo } from "../dist/index.js";
 
 /** The close codes docs/protocol.md lists ("Close codes the server uses"). */
 function documentedCloseCodes() {
@@ -18,6 +18,13 @@ test("every close code of docs/protocol.md has a meaning and an action here", ()
   for (const code of [...documented, 4004]) {
     assert.ok(CLOSE_CODES[code], `close code ${code} is not known to the client`);
   }
+});
+
+test("every close code of the server's models (the generated CloseCode) is known here", () => {
+  for (const [name, code] of Object.entries(CloseCode)) assert.ok(CLOSE_CODES[code], `${name} = ${code}`);
+  assert.equal(CloseCode.RESUME_FAILED, 4004);
+  // the errors that close a connection are error codes the server has
+  for (const code of Object.keys(ERROR_CLOSE_CODES)) assert.ok(Object.values(ErrorCode).includes(code), code);
 });
 
 test("what each close leads to", () => {

@@ -11,7 +11,7 @@ test("the package holds the ESM bundle, the worklet and the .d.ts, nothing else"
   const out = execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: root, encoding: "utf8" });
   const [pack] = JSON.parse(out);
   const files = pack.files.map((f) => f.path).sort();
-  for (const needed of ["package.json", "README.md", "dist/index.js", "dist/worklet.js", "dist/lib/index.d.ts", "dist/lib/client.d.ts", "dist/lib/protocol.d.ts"]) {
+  for (const needed of ["package.json", "README.md", "dist/index.js", "dist/worklet.js", "dist/lib/index.d.ts", "dist/lib/client.d.ts", "dist/lib/protocol.d.ts", "dist/lib/protocol.gen.d.ts"]) {
     assert.ok(files.includes(needed), `${needed} is not in the package: ${files.join(", ")}`);
   }
   const stray = files.filter((f) => !(f === "package.json" || f === "README.md" || f.startsWith("dist/")) || (f.startsWith("dist/lib/") && !f.endsWith(".d.ts")));

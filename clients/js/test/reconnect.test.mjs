@@ -23,6 +23,7 @@ test("a drop after ready is resumed with the last token, with backoff", () => {
     const decision = policy.decide(close(1006));
     assert.equal(decision.kind, "reconnect");
     assert.equal(decision.resume, "token-1");
+    assert.equal(decision.restart, null);
     assert.equal(decision.attempt, i + 1);
     delays.push(decision.delayMs);
   }
@@ -53,6 +54,7 @@ test("resume_failed and a lost session start a new session at once", () => {
     assert.equal(decision.resume, null);
     assert.equal(decision.delayMs, 0);
     assert.equal(decision.error.code, code === 4004 ? "resume_failed" : "session_lost");
+    assert.equal(decision.restart, decision.error);
     assert.equal(policy.resumeToken, null);
   }
 });
@@ -62,6 +64,9 @@ test("a server that keeps no session for resuming: a drop starts a new one", () 
   policy.ready(undefined);
   const decision = policy.decide(close(1006));
   assert.deepEqual([decision.kind, decision.resume, decision.delayMs], ["reconnect", null, 250]);
+  assert.equal(decision.error.code, "connection_lost");
+  assert.equal(decision.restart.code, "resume_unavailable");
+  assert.match(decision.restart.message, /keeps no session to resume/);
 });
 
 test("mistakes a reconnect would repeat are given up on", () => {
