@@ -1,0 +1,460 @@
+"""The JavaScript SDK (clients/js, ``@rejoinder/client``) in headless Chromium, against a real
+app on 127.0.0.1 in real time.
+
+The SDK is built with npm (``npm ci`` when its node_modules are missing, then ``npm run
+build``); a tiny page served by the app imports the built bundle (``dist/index.js``) and
+drives a ``RejoinderClient``, recording every event in ``window.log``. Chromium's fake
+microphone plays a WAV that eSpeak NG spoke, at the WAV's rate (48 or 44.1 kHz); the app's
+entry point runs the test kit's energy VAD and scripted STT/LLM with eSpeak NG as the TTS.
+Each test checks what the SDK reported: a spoken turn answered over each transport (the
+states in order, the transcripts, ``played`` at least every 100 ms, ``speaking`` only once
+something was played), a ``clear`` during playback answered with ``cleared``, the
+microphone resampled to the ``start`` rate by the capture worklet, and a dropped WebSocket
+reconnected.
+
+Skipped, saying why, without npm, without Debian's ``chromium`` or without Playwright.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import wave
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+import rejoinder as rj
+from rejoinder.io import Connection, create_app
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedVAD
+
+CHROMIUM = "/usr/bin/chromium"
+SDK = Path(__file__).parents[2] / "clients" / "js"
+playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+pytestmark = [
+    pytest.mark.looptime(False),
+    pytest.mark.timeout(60),  # the first test may build the SDK (npm ci: ~10 s)
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+    ),
+    pytest.mark.skipif(
+        shutil.which("npm") is None, reason="npm is missing: the SDK cannot be built"
+    ),
+]
+
+QUESTION = "What time is it?"
+ANSWER = "It is three o'clock."
+LONG_ANSWER = (
+    "It is three o'clock in the afternoon, and the sun is still high above the hills, "
+    "so there is plenty of time left for a walk before dinner, and even for a long one."
+)
+TURN_S = 15_000  # ms: each conversation must be over well within this
+
+# The test page: imports the built bundle, records what the client emits.
+PAGE = """<!doctype html>
+<meta charset="utf-8"><title>rejoinder SDK test</title>
+<script type="module">
+import { RejoinderClient, RejoinderError } from "/sdk/index.js";
+const EVENTS = ["ready", "agentState", "userState", "transcript", "tool", "metrics", "timeline",
+  "error", "clear", "played", "reconnecting", "sessionRestarted", "close"];
+const plain = (value) => value instanceof RejoinderError
+  ? { code: value.code, message: value.message, closeCode: value.closeCode }
+  : value && typeof value === "object"
+    ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plain(v)])) : value;
+window.log = [];
+window.run = async (options) => {
+  const audioContext = options.contextRate
+    ? new AudioContext({ sampleRate: options.contextRate }) : undefined;
+  const client = window.client = new RejoinderClient();
+  for (const name of EVENTS) {
+    client.on(name, (p) => window.log.push({ name, t: performance.now(), ...plain(p) }));
+  }
+  const ready = await client.connect({
+    url: options.url || "/", transport: options.transport, timeline: true, audioContext,
+    reconnect: { initialDelayMs: 100, jitter: 0 },
+  });
+  const context = client.media.context;
+  window.mark = {
+    time: context.currentTime, sent: client.stats.sentSamples, rate: context.sampleRate,
+  };
+  return ready;
+};
+window.sentRate = () => {
+  const context = window.client.media.context;
+  const sent = window.client.stats.sentSamples - window.mark.sent;
+  return sent / (context.currentTime - window.mark.time);
+};
+window.loaded = true;
+</script>
+"""
+
+# The agent said its answer and went back to listening, after the client played it.
+ANSWERED = """(text) => {
+  const agent = window.log.filter((e) => e.name === "agentState").map((e) => e.state);
+  const at = agent.indexOf("speaking");
+  return at >= 0 && agent.slice(at).includes("listening")
+    && window.log.some((e) => e.name === "transcript" && e.role === "agent" && e.final
+      && e.text === text);
+}"""
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def sdk_bundle() -> Path:
+    """clients/js built: its ``dist/`` folder (``npm ci`` first if needed)."""
+
+    def npm(*args: str, timeout: float) -> None:
+        done = subprocess.run(
+            ["npm", *args], cwd=SDK, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if done.returncode != 0:
+            pytest.fail(
+                f"npm {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+            )
+
+    if not (SDK / "node_modules" / ".bin" / "esbuild").exists():
+        npm("ci", "--no-audit", "--no-fund", timeout=300)
+    npm("run", "build", timeout=120)
+    return SDK / "dist"
+
+
+def _speech(text: str, rate: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    espeak = pytest.importorskip("rejoinder.providers.local.espeak")
+    soxr = pytest.importorskip("soxr")
+    pcm = espeak._render(text, "en-us", 175)
+    resampled: np.ndarray[Any, np.dtype[np.float32]] = soxr.resample(
+        pcm.astype(np.float32) / 32768, espeak.SAMPLE_RATE, rate
+    )
+    return resampled
+
+
+def _wav(path: Path, rate: int, parts: list[str | float]) -> Path:
+    """Mono 16-bit at ``rate``: strings are spoken, floats are seconds of silence."""
+    audio = np.concatenate(
+        [
+            np.zeros(round(p * rate), np.float32) if isinstance(p, float) else _speech(p, rate)
+            for p in parts
+        ]
+    )
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def wavs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int], Path]:
+    folder = tmp_path_factory.mktemp("mic")
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(kind: str, rate: int) -> Path:
+        if (kind, rate) not in made:
+            parts: list[str | float] = [0.6, QUESTION, 15.0] if kind == "question" else [15.0]
+            made[kind, rate] = _wav(folder / f"{kind}_{rate}.wav", rate, parts)
+        return made[kind, rate]
+
+    return get
+
+
+def _entrypoint(replies: list[list[Any]], transcripts: list[str]) -> Any:
+    async def entrypoint(conn: Connection) -> None:
+        from rejoinder.providers.local import EspeakTTS
+
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=ScriptedLLM(replies),
+            vad=ScriptedVAD(),
+            stt=ScriptedSTT(transcripts),
+            tts=EspeakTTS(),
+            user_away_timeout=None,
+            min_endpointing_delay=0.1,
+        )
+        await conn.serve(session, rj.Agent(instructions="You tell the time."))
+
+    return entrypoint
+
+
+def _has_route(app: web.Application, method: str, path: str) -> bool:
+    return any(
+        route.method == method and route.resource is not None and route.resource.canonical == path
+        for route in app.router.routes()
+    )
+
+
+@pytest.fixture
+async def serve(
+    sdk_bundle: Path,
+) -> AsyncIterator[Callable[..., Awaitable[tuple[str, web.Application]]]]:
+    """A real app on 127.0.0.1 that also serves the test page and the built bundle."""
+    servers: list[TestServer] = []
+
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def bundle(_: web.Request) -> web.FileResponse:
+        return web.FileResponse(
+            sdk_bundle / "index.js", headers={"Content-Type": "text/javascript"}
+        )
+
+    async def start(entrypoint: Any) -> tuple[str, web.Application]:
+        app = create_app(entrypoint, page=False)
+        app.router.add_get("/sdk-test.html", page)
+        app.router.add_get("/sdk/index.js", bundle)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("/")), app
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def open_page() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """A headless Chromium page (the test page at ``url``) whose microphone plays ``wav``."""
+    async with playwright_api.async_playwright() as pw:
+        browsers: list[Any] = []
+
+        async def start(url: str, wav: Path) -> Any:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--use-fake-device-for-media-stream",
+                    "--use-fake-ui-for-media-stream",
+                    f"--use-file-for-fake-audio-capture={wav}%noloop",
+                    "--allow-loopback-in-peer-connection",
+                    "--autoplay-policy=no-user-gesture-required",
+                ],
+            )
+            browsers.append(browser)
+            page = await browser.new_page()
+            page.errors = []
+            page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+            await page.goto(url + "sdk-test.html")
+            await page.wait_for_function("() => window.loaded === true")
+            return page
+
+        yield start
+        for browser in browsers:
+            await browser.close()
+
+
+async def _events(page: Any, name: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = await page.evaluate(
+        "(name) => window.log.filter((e) => e.name === name)", name
+    )
+    return events
+
+
+def _in_order(states: list[str], wanted: list[str]) -> bool:
+    it = iter(states)
+    return all(state in it for state in wanted)
+
+
+def _largest_gap_while_playing(played: list[dict[str, Any]]) -> float:
+    """The longest wait (ms) between two reports while the count was still moving."""
+    gaps = [
+        b["t"] - a["t"]
+        for a, b, c in zip(played, played[1:], played[2:], strict=False)
+        if c["samples"] > b["samples"] and not a["cleared"]
+    ]
+    return max(gaps, default=0.0)
+
+
+async def _check_answered(page: Any) -> None:
+    agent = [e["state"] for e in await _events(page, "agentState")]
+    assert _in_order(agent, ["listening", "thinking", "speaking", "listening"]), agent
+    users = [e["state"] for e in await _events(page, "userState")]
+    assert _in_order(users, ["listening", "speaking", "listening"]), users
+    transcripts = await _events(page, "transcript")
+    assert any(t["role"] == "user" and t["final"] and t["text"] == QUESTION for t in transcripts)
+    finals = [t["text"] for t in transcripts if t["role"] == "agent" and t["final"]]
+    assert finals == [ANSWER], finals
+    played = await _events(page, "played")
+    speaking_at = next(
+        e["t"] for e in await _events(page, "agentState") if e["state"] == "speaking"
+    )
+    first_played = next(e["t"] for e in played if e["samples"] > 0)
+    assert first_played <= speaking_at  # speaking only once the client played something
+    # at least every 100 ms while playing; the bound leaves room for a loaded machine
+    assert 0 < _largest_gap_while_playing(played) < 150, played
+    timeline = await _events(page, "timeline")
+    assert {"agent_state", "ob_opened", "ob_closed"} <= {e["kind"] for e in timeline}
+    assert await _events(page, "error") == []
+    assert page.errors == []
+
+
+# ------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("rate", [48000, 44100])
+async def test_websocket_spoken_turn_is_answered(
+    serve: Any, open_page: Any, wavs: Any, rate: int
+) -> None:
+    """The microphone at 48 or 44.1 kHz (the fake device and the audio context both at that
+    rate), resampled by the capture worklet to the 16 kHz announced in ``start``."""
+    url, _ = await serve(_entrypoint([[ANSWER]], [QUESTION]))
+    page = await open_page(url, wavs("question", rate))
+    ready = await page.evaluate(
+        "(o) => window.run(o)", {"transport": "websocket", "contextRate": rate}
+    )
+    assert ready["sampleRate"] == 22050 and ready["transport"] == "websocket"
+    assert await page.evaluate("() => window.mark.rate") == rate
+    await page.wait_for_function(ANSWERED, arg=ANSWER, timeout=TURN_S)
+    await _check_answered(page)
+    # 16000 samples a second went out, on the audio clock: the resampling ratio is right
+    sent_rate = await page.evaluate("() => window.sentRate()")
+    assert abs(sent_rate - 16000) < 0.02 * 16000, sent_rate
+    stats = await page.evaluate("() => window.client.stats")
+    assert stats["receivedSamples"] > 0.5 * 22050
+    # every sample received was played, and the last report said so
+    assert stats["playedSamples"] == stats["receivedSamples"], stats
+
+
+async def test_webrtc_spoken_turn_is_answered(serve: Any, open_page: Any, wavs: Any) -> None:
+    url, app = await serve(_entrypoint([[ANSWER]], [QUESTION]))
+    if not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, wavs("question", 48000))
+    ready = await page.evaluate("(o) => window.run(o)", {"transport": "webrtc"})
+    assert ready["sampleRate"] == 48000 and ready["transport"] == "webrtc"
+    await page.wait_for_function(ANSWERED, arg=ANSWER, timeout=TURN_S)
+    await _check_answered(page)
+    played = await _events(page, "played")
+    assert played[-1]["samples"] > 0.5 * 48000  # the track played out, at 48 kHz
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_a_clear_during_playback_is_answered_with_cleared(
+    serve: Any, open_page: Any, wavs: Any, transport: str
+) -> None:
+    """``interrupt()`` while the agent speaks: the server sends ``clear``, the client drops
+    its queue and reports where it stopped, marked ``cleared``; the history keeps what was
+    heard."""
+    url, app = await serve(_entrypoint([[LONG_ANSWER]], []))
+    if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, wavs("silence", 48000))
+    await page.evaluate("(o) => window.run(o)", {"transport": transport})
+    await page.evaluate("() => window.client.sendText('Tell me about the afternoon.')")
+    # speaking, and about a second of it heard
+    await page.wait_for_function(
+        "() => window.client.agentState === 'speaking' && window.client.stats.playedSamples"
+        " > window.client.ready.sampleRate",
+        timeout=TURN_S,
+    )
+    await page.evaluate("() => window.client.interrupt()")
+    await page.wait_for_function(
+        "() => window.log.some((e) => e.name === 'transcript' && e.role === 'agent' && e.final)",
+        timeout=5000,
+    )
+    await page.wait_for_function("() => window.client.agentState === 'listening'", timeout=5000)
+    names = [e["name"] for e in await page.evaluate("() => window.log")]
+    assert "clear" in names
+    played = await _events(page, "played")
+    cleared = [i for i, e in enumerate(played) if e["cleared"]]
+    assert cleared, played
+    # no other report between the clear and its answer
+    clear_at = next(e["t"] for e in await _events(page, "clear"))
+    assert all(e["t"] < clear_at or e["cleared"] for e in played[: cleared[0] + 1])
+    final = next(
+        t for t in await _events(page, "transcript") if t["role"] == "agent" and t["final"]
+    )
+    assert final["interrupted"] is True
+    assert LONG_ANSWER.startswith(final["text"][:10]) and len(final["text"]) < len(LONG_ANSWER)
+    if transport == "websocket":
+        stats = await page.evaluate("() => window.client.stats")
+        assert stats["playedSamples"] < stats["receivedSamples"]  # the rest was dropped
+        # nothing more played after the stop: the count stays where the clear left it
+        assert played[-1]["samples"] == played[cleared[0]]["samples"], played[cleared[0] :]
+    assert await _events(page, "error") == []
+    assert page.errors == []
+
+
+class _Proxy:
+    """A TCP relay to the app that the test can cut, as a network drop would."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_a_dropped_websocket_is_reconnected(serve: Any, open_page: Any, wavs: Any) -> None:
+    """The connection cut under the client: it reconnects (with the resume token when the
+    server gave one), and the conversation goes on over the new connection."""
+    url, _ = await serve(_entrypoint([["Hello there."], ["Welcome back."]], []))
+    proxy = _Proxy(int(url.rsplit(":", 1)[1].strip("/")))
+    try:
+        proxied = f"http://127.0.0.1:{await proxy.start()}/"
+        page = await open_page(proxied, wavs("silence", 48000))
+        first = await page.evaluate("(o) => window.run(o)", {"transport": "websocket"})
+        await page.evaluate("() => window.client.sendText('Hello')")
+        await page.wait_for_function(ANSWERED, arg="Hello there.", timeout=TURN_S)
+        proxy.cut()
+        await page.wait_for_function(
+            "() => window.log.filter((e) => e.name === 'ready').length === 2", timeout=5000
+        )
+        reconnecting = await _events(page, "reconnecting")
+        assert reconnecting[0]["error"]["code"] == "connection_lost", reconnecting
+        second = (await _events(page, "ready"))[1]
+        restarted = [e["error"]["code"] for e in await _events(page, "sessionRestarted")]
+        if reconnecting[0]["resuming"]:  # the server gave a resume token: it resumes
+            assert second["resumed"] is True and restarted == [], (second, restarted)
+            assert second["sessionId"] == first["sessionId"]
+        else:  # it keeps no session to resume: a new one, and the client says why
+            assert second["resumed"] is False and restarted == ["resume_unavailable"]
+        await page.wait_for_function("() => window.client.state === 'connected'")
+        await page.evaluate("() => window.client.sendText('I am back')")
+        await page.wait_for_function(
+            "() => window.log.some((e) => e.name === 'transcript' && e.role === 'agent' && e.final"
+            " && ['Welcome back.', 'Hello there.'].includes(e.text) && e.id > 1)",
+            timeout=TURN_S,
+        )
+        assert await _events(page, "close") == []
+        assert page.errors == []
+    finally:
+        await proxy.close()
