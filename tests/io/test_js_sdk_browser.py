@@ -382,6 +382,36 @@ async def test_a_clear_during_playback_is_answered_with_cleared(
     assert page.errors == []
 
 
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_the_agent_ending_the_session_is_a_close_not_a_drop(
+    serve: Any, open_page: Any, wavs: Any, transport: str
+) -> None:
+    """The server closing the session (1000; on WebRTC the data channel closed while the
+    peer is connected) ends the client without an error, and nothing is reconnected."""
+
+    async def entrypoint(conn: Connection) -> None:
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=ScriptedLLM([]), vad=ScriptedVAD(), stt=ScriptedSTT([]), user_away_timeout=None
+        )
+        serving = asyncio.ensure_future(conn.serve(session, rj.Agent(instructions="Bye.")))
+        await asyncio.sleep(1.0)
+        await session.aclose(reason="the agent said goodbye")
+        await serving
+
+    url, app = await serve(entrypoint)
+    if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, wavs("silence", 48000))
+    await page.evaluate("(o) => window.run(o)", {"transport": transport})
+    await page.wait_for_function("() => window.client.state === 'closed'", timeout=5000)
+    closes = [{k: v for k, v in e.items() if k != "t"} for e in await _events(page, "close")]
+    assert closes == [{"name": "close", "error": None, "byUser": False}]
+    await page.wait_for_timeout(300)  # a reconnect would start within 100 ms
+    assert await _events(page, "reconnecting") == []
+    assert await page.evaluate("() => window.client.state") == "closed"
+    assert page.errors == []
+
+
 class _Proxy:
     """A TCP relay to the app that the test can cut, as a network drop would."""
 
