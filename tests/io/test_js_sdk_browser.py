@@ -9,8 +9,10 @@ entry point runs the test kit's energy VAD and scripted STT/LLM with eSpeak NG a
 Each test checks what the SDK reported: a spoken turn answered over each transport (the
 states in order, the transcripts, ``played`` at least every 100 ms, ``speaking`` only once
 something was played), a ``clear`` during playback answered with ``cleared``, the
-microphone resampled to the ``start`` rate by the capture worklet, and a dropped WebSocket
-reconnected.
+microphone resampled to the ``start`` rate by the capture worklet, a dropped WebSocket
+reconnected, the agent ending the session (a close, not a drop), and the errors a page
+meets first: a refused microphone, and a Content-Security-Policy that forbids the embedded
+worklet (``workletUrl`` then loads ``dist/worklet.js``).
 
 Skipped, saying why, without npm, without Debian's ``chromium`` or without Playwright.
 """
@@ -78,6 +80,7 @@ window.run = async (options) => {
   }
   const ready = await client.connect({
     url: options.url || "/", transport: options.transport, timeline: true, audioContext,
+    workletUrl: options.workletUrl,
     reconnect: { initialDelayMs: 100, jitter: 0 },
   });
   const context = client.media.context;
@@ -198,18 +201,20 @@ async def serve(
     """A real app on 127.0.0.1 that also serves the test page and the built bundle."""
     servers: list[TestServer] = []
 
-    async def page(_: web.Request) -> web.Response:
-        return web.Response(text=PAGE, content_type="text/html")
+    async def page(request: web.Request) -> web.Response:
+        # ?csp=1: a Content-Security-Policy that allows no blob: scripts (nor worklets)
+        strict = {"Content-Security-Policy": "script-src 'self' 'unsafe-inline'"}
+        headers = strict if request.query.get("csp") else None
+        return web.Response(text=PAGE, content_type="text/html", headers=headers)
 
-    async def bundle(_: web.Request) -> web.FileResponse:
-        return web.FileResponse(
-            sdk_bundle / "index.js", headers={"Content-Type": "text/javascript"}
-        )
+    async def bundle(request: web.Request) -> web.FileResponse:
+        name = request.match_info["name"]
+        return web.FileResponse(sdk_bundle / name, headers={"Content-Type": "text/javascript"})
 
     async def start(entrypoint: Any) -> tuple[str, web.Application]:
         app = create_app(entrypoint, page=False)
         app.router.add_get("/sdk-test.html", page)
-        app.router.add_get("/sdk/index.js", bundle)
+        app.router.add_get("/sdk/{name:index.js|worklet.js}", bundle)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         servers.append(server)
@@ -226,12 +231,19 @@ async def open_page() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
     async with playwright_api.async_playwright() as pw:
         browsers: list[Any] = []
 
-        async def start(url: str, wav: Path) -> Any:
+        async def start(
+            url: str, wav: Path, *, microphone_allowed: bool = True, query: str = ""
+        ) -> Any:
+            permission = (
+                "--use-fake-ui-for-media-stream"
+                if microphone_allowed
+                else "--deny-permission-prompts"
+            )
             browser = await pw.chromium.launch(
                 executable_path=CHROMIUM,
                 args=[
                     "--use-fake-device-for-media-stream",
-                    "--use-fake-ui-for-media-stream",
+                    permission,
                     f"--use-file-for-fake-audio-capture={wav}%noloop",
                     "--allow-loopback-in-peer-connection",
                     "--autoplay-policy=no-user-gesture-required",
@@ -241,7 +253,7 @@ async def open_page() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
             page = await browser.new_page()
             page.errors = []
             page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-            await page.goto(url + "sdk-test.html")
+            await page.goto(url + "sdk-test.html" + query)
             await page.wait_for_function("() => window.loaded === true")
             return page
 
@@ -410,6 +422,43 @@ async def test_the_agent_ending_the_session_is_a_close_not_a_drop(
     assert await _events(page, "reconnecting") == []
     assert await page.evaluate("() => window.client.state") == "closed"
     assert page.errors == []
+
+
+async def test_a_refused_microphone_fails_connect_and_says_why(
+    serve: Any, open_page: Any, wavs: Any
+) -> None:
+    url, _ = await serve(_entrypoint([], []))
+    page = await open_page(url, wavs("silence", 48000), microphone_allowed=False)
+    error = await page.evaluate(
+        "(o) => window.run(o).then(() => null, (e) => ({ code: e.code, message: e.message }))",
+        {"transport": "websocket"},
+    )
+    assert error is not None and error["code"] == "microphone_unavailable", error
+    assert "permission to use the microphone was denied" in error["message"]
+    assert await page.evaluate("() => window.client.state") == "closed"
+    assert await page.evaluate("() => window.client.media.context") is None  # released
+
+
+async def test_a_page_whose_policy_forbids_blob_workers_loads_the_worklet_file(
+    serve: Any, open_page: Any, wavs: Any
+) -> None:
+    """The embedded worklet loads from a blob: URL; a Content-Security-Policy without
+    ``blob:`` refuses it, and the error names the way out: ``workletUrl``, with the
+    package's ``dist/worklet.js``, which then works."""
+    url, _ = await serve(_entrypoint([["Hello there."]], []))
+    page = await open_page(url, wavs("silence", 48000), query="?csp=1")
+    error = await page.evaluate(
+        "(o) => window.run(o).then(() => null, (e) => ({ code: e.code, message: e.message }))",
+        {"transport": "websocket"},
+    )
+    assert error is not None and error["code"] == "audio_worklet_unavailable", error
+    assert "workletUrl" in error["message"]
+    ready = await page.evaluate(
+        "(o) => window.run(o)", {"transport": "websocket", "workletUrl": "/sdk/worklet.js"}
+    )
+    assert ready["sampleRate"] == 22050
+    await page.evaluate("() => window.client.sendText('Hello')")
+    await page.wait_for_function(ANSWERED, arg="Hello there.", timeout=TURN_S)
 
 
 class _Proxy:
