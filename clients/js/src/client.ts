@@ -235,7 +235,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
           this.#open(null);
         },
         (error: unknown) => {
-          if (run === this.#run) this.#finish(asError(error), false);
+          if (run === this.#run) void this.#finish(asError(error), false);
         },
       );
     });

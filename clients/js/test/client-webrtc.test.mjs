@@ -166,7 +166,8 @@ test("the offer refused or unreachable: connect() says why", async () => {
     [[503, JSON.stringify({ error: "the server is full" })], "server_full", 1013, /HTTP 503.*the server is full/],
     [[400, JSON.stringify({ error: "the offer has no audio section" })], "offer_refused", 1008, /refused the offer \(HTTP 400.*no audio section/],
     [["network"], "connect_failed", 1006, /could not post the offer to http:\/\/h\/api\/offer: Failed to fetch/],
-    [[200, "<html>"], "connect_failed", 1006, /the answer/],
+    [[200, "<html>"], "connect_failed", 1006, /the answer could not be used: .*JSON/],
+    [[200, "{}"], "connect_failed", 1006, /the answer could not be used: it has no SDP/],
   ];
   for (const [response, code, closeCode, message] of cases) {
     const platform = new FakePlatform();

@@ -101,23 +101,26 @@ export class WebRTCLink implements Link {
     if (this.#options.resume !== null) url.searchParams.set("resume", this.#options.resume);
     let status = 0;
     let body = "";
+    let stage = "could not make the offer";
     try {
       const offer = await this.#peer.offer();
       if (this.#done) return;
+      stage = `could not post the offer to ${url.origin}${url.pathname}`;
       const response = await this.#options.platform.post(url.href, JSON.stringify({ sdp: offer.sdp, type: offer.type }));
       status = response.status;
       body = await response.text();
       if (this.#done) return;
       if (response.ok) {
+        stage = "the answer could not be used";
         const answer = JSON.parse(body) as { sdp?: unknown; type?: unknown };
-        if (typeof answer.sdp !== "string" || typeof answer.type !== "string") throw new Error("the answer has no SDP");
+        if (typeof answer.sdp !== "string" || typeof answer.type !== "string") throw new Error("it has no SDP");
         await this.#peer.accept({ sdp: answer.sdp, type: answer.type });
         return;
       }
     } catch (error) {
       if (this.#done) return;
       const why = error instanceof Error ? error.message : String(error);
-      const what = status === 0 ? `could not post the offer to ${url.origin}${url.pathname}` : "the answer";
+      const what = stage;
       this.#finish({
         code: 1006,
         reason: why,
