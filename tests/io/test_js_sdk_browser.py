@@ -20,9 +20,11 @@ Skipped, saying why, without npm, without Debian's ``chromium`` or without Playw
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import wave
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -111,9 +113,19 @@ ANSWERED = """(text) => {
 # ---------------------------------------------------------------- fixtures
 
 
+def _stale(bundle: Path) -> bool:
+    """The bundle is missing or older than what it is built from."""
+    if not bundle.exists():
+        return True
+    sources = [*(SDK / "src").rglob("*.ts"), SDK / "scripts" / "build.mjs", SDK / "package.json"]
+    return max(path.stat().st_mtime for path in sources) > bundle.stat().st_mtime
+
+
 @pytest.fixture(scope="module")
 def sdk_bundle() -> Path:
-    """clients/js built: its ``dist/`` folder (``npm ci`` first if needed)."""
+    """clients/js built: its ``dist/`` folder (``npm ci`` first if needed). Built only when
+    stale (``make test`` builds it before), one test process at a time: a second pytest
+    worker must not rewrite the bundle while the first serves it."""
 
     def npm(*args: str, timeout: float) -> None:
         done = subprocess.run(
@@ -124,9 +136,13 @@ def sdk_bundle() -> Path:
                 f"npm {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
             )
 
-    if not (SDK / "node_modules" / ".bin" / "esbuild").exists():
-        npm("ci", "--no-audit", "--no-fund", timeout=300)
-    npm("run", "build", timeout=120)
+    lock = Path(tempfile.gettempdir()) / "rejoinder-js-sdk-build.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not (SDK / "node_modules" / ".bin" / "esbuild").exists():
+            npm("ci", "--no-audit", "--no-fund", timeout=300)
+        if _stale(SDK / "dist" / "index.js"):
+            npm("run", "build", timeout=120)
     return SDK / "dist"
 
 
