@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest chromium bench bench-conversation stress test-scale clean
+.PHONY: demo test lint typecheck pytest chromium node js js-test protocol-types bench bench-conversation stress test-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +21,45 @@ $(STAMP): pyproject.toml
 # LLM, Piper): `make demo LLM=gpt-4o-mini` (and BASE_URL=... for Ollama, vLLM...) uses a
 # real model through an OpenAI-compatible API, `LLM=anthropic/claude-sonnet-4-5` Claude;
 # ARGS=... go to `rejoinder dev`.
-demo: $(STAMP)
+demo: $(STAMP) js
 	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
 	@echo "For the text console instead: $(BIN)/rejoinder console"
 	@$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
-test: lint typecheck pytest
+test: lint typecheck js-test pytest
+
+# The TypeScript SDK (clients/js): node and npm from Debian when missing, its pinned
+# devDependencies from the npm registry (npm ci: exactly package-lock.json), then the
+# bundle the page imports, copied next to the page (a generated file, not committed).
+JS := clients/js
+PAGE_SDK := src/rejoinder/io/static/rejoinder-client.js
+
+node:
+	@command -v npm >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q nodejs npm; } \
+		|| { echo "node and npm could not be installed"; exit 1; }
+
+$(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json | node
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(PAGE_SDK): $(JS)/node_modules/.installed $(wildcard $(JS)/src/*.ts $(JS)/src/*/*.ts) $(JS)/scripts/build.mjs
+	cd $(JS) && npm run --silent build
+	cp $(JS)/dist/index.js $(PAGE_SDK)
+
+js: $(PAGE_SDK)
+
+# The SDK's unit tests (node's test runner), and the protocol types checked against a fresh
+# generation from the server's models (the JSON Schema, then the TypeScript).
+js-test: $(STAMP) js
+	cd $(JS) && node --test test/*.test.mjs
+	$(BIN)/python -m rejoinder.io.protocol_schema --check
+	cd $(JS) && npm run --silent gen:types -- --check
+
+# Regenerate the protocol's schema and TypeScript types after changing rejoinder/io/protocol.py.
+protocol-types: $(STAMP) $(JS)/node_modules/.installed
+	$(BIN)/python -m rejoinder.io.protocol_schema
+	cd $(JS) && npm run --silent gen:types
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -44,7 +76,7 @@ typecheck: $(STAMP)
 # (3 of 6 runs failed one of them on a 2-core machine).
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
-pytest: $(STAMP) chromium
+pytest: $(STAMP) chromium js
 	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15
 
