@@ -40,13 +40,12 @@ import base64
 import json
 import re
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-
-from ._loopback import LoopbackServer
+from ._tone import json_number, tone_for
+from ._ws_faults import AudioFaults, Cut, Refuse, Stall
+from ._ws_server import WebSocketServer
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -77,22 +76,6 @@ _EDGE_PUNCTUATION = "\"'()[]{}<>.,;:!?¿¡…-–—*_/\\`~"
 
 
 @dataclass(frozen=True, slots=True)
-class Refuse:
-    """Answer the handshake with this HTTP status (and Cartesia's error JSON)."""
-
-    status: int
-    message: str = "Service temporarily unavailable"
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cut:
-    """Drop the TCP connection (no close frame) before chunk number ``after``."""
-
-    after: int
-
-
-@dataclass(frozen=True, slots=True)
 class SendError:
     """Before chunk number ``after``, end the context being voiced with an error."""
 
@@ -110,13 +93,6 @@ class Garbage:
 
     after: int = 0
     data: str = '{"type": "chunk", "data": "AAAA", "done": fal'
-
-
-@dataclass(frozen=True, slots=True)
-class Stall:
-    """From chunk number ``after`` on, read on but never answer again."""
-
-    after: int = 0
 
 
 Fault: TypeAlias = Refuse | Cut | SendError | Garbage | Stall
@@ -159,7 +135,7 @@ class Connection:
     closed_with: tuple[int, str] | None = None
 
 
-class CartesiaServer(LoopbackServer):
+class CartesiaServer(WebSocketServer[Fault]):
     def __init__(
         self,
         *,
@@ -171,19 +147,16 @@ class CartesiaServer(LoopbackServer):
         faults: tuple[Fault, ...] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(port=port)
+        super().__init__(faults=faults, port=port)
         self.api_key = api_key
         self.seconds_per_char = seconds_per_char
         self.chars_per_chunk = chars_per_chunk
         self.chunk_delay = chunk_delay
         """Seconds before each chunk (loop time): a real-time pace for session tests."""
         self.idle_timeout = idle_timeout
-        self._faults: deque[Fault] = deque(faults)
         self.connections: list[Connection] = []
         """Every connection that passed the handshake, in order."""
         self.refused = 0
-        self._sockets: set[web.WebSocketResponse] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def base_url(self) -> str:
@@ -202,25 +175,12 @@ class CartesiaServer(LoopbackServer):
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/tts/websocket", self._handle)
 
-    async def _before_cleanup(self) -> None:
-        for ws in list(self._sockets):
-            await ws.close(code=1001, message=b"server shutting down")
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            fault = self._faults.popleft() if self._faults else None
+        async with self._handling():
+            fault = self._next_fault()
             if isinstance(fault, Refuse):
                 self.refused += 1
-                headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after else {}
-                return _refusal(fault.status, "service_unavailable", fault.message, headers)
+                return _refusal(fault.status, "service_unavailable", fault.message, fault.headers())
             version = request.query.get("cartesia_version") or request.headers.get(
                 "Cartesia-Version"
             )
@@ -230,21 +190,16 @@ class CartesiaServer(LoopbackServer):
             if self.api_key is not None and key != self.api_key:
                 self.refused += 1
                 return _refusal(401, "invalid_api_key", "Invalid API key")
-            ws = web.WebSocketResponse(autoping=True)
-            await ws.prepare(request)
-            self._sockets.add(ws)
+            ws = await self._accept(request)
             connection = Connection(dict(request.query), dict(request.headers))
             self.connections.append(connection)
             session = _Session(self, ws, connection, fault, version, request)
             try:
                 await session.run()
             finally:  # no await here: the handler is cancelled when the client goes away
-                self._sockets.discard(ws)
+                self._forget(ws)
                 session.stop()
             return ws
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
 
 
 def _refusal(
@@ -258,11 +213,6 @@ def _refusal(
 
 def _id() -> str:
     return str(uuid.uuid4())
-
-
-def _number(value: float) -> float | int:
-    rounded = round(value, 6)
-    return int(rounded) if rounded == int(rounded) else rounded
 
 
 class _Invalid(Exception):
@@ -305,10 +255,9 @@ class _Session:
         request: web.Request,
     ) -> None:
         self._server, self._ws, self._c = server, ws, connection
-        self._fault, self._request = fault, request
+        self._faults = AudioFaults(fault, request)
         self._structured = version >= _STRUCTURED_ERRORS
         self._runs: dict[str, _ContextRun] = {}
-        self._stalled = False
 
     async def run(self) -> None:
         from aiohttp import WSMsgType
@@ -363,8 +312,7 @@ class _Session:
             self._c.contexts[context_id] = record
             run = self._runs[context_id] = _ContextRun(record, fields)
             run.task = asyncio.ensure_future(self._voice(run))
-            self._server._tasks.add(run.task)
-            run.task.add_done_callback(self._server._tasks.discard)
+            self._server._track_task(run.task)
         elif run.record.ended is not None or run.closing:
             raise _Invalid("Context has closed: start a new context for more input.")
         elif fields != run.fields:
@@ -433,33 +381,26 @@ class _Session:
 
     async def _chunk(self, run: _ContextRun, chars: str) -> bool:
         """Send one chunk (and the words it completed); False when the context ended."""
-        fault, c = self._fault, self._c
-        if self._stalled:
+        c = self._c
+        if self._faults.stalled:
             return False
-        if fault is not None and not isinstance(fault, Refuse) and c.chunks == fault.after:
-            if isinstance(fault, Cut) and self._request.transport is not None:
-                c.closed_with = (1006, "cut")
-                self._request.transport.abort()
-                return False
-            if isinstance(fault, SendError):
-                self._fault = None
-                run.record.ended = "error"
-                await self._error(run.record.context_id, fault.status_code, fault.title,
-                                  fault.message, fault.error_code)  # fmt: skip
-                return False
-            if isinstance(fault, Garbage):
-                self._fault = None
-                await self._ws.send_str(fault.data.replace("<context_id>", run.record.context_id))
-            if isinstance(fault, Stall):
-                self._stalled = True
-                return False
+        fault = self._faults.due(c.chunks)
+        if isinstance(fault, Cut):
+            c.closed_with = (1006, "cut")
+            return False
+        if isinstance(fault, Stall):
+            return False
+        if isinstance(fault, SendError):
+            run.record.ended = "error"
+            await self._error(run.record.context_id, fault.status_code, fault.title,
+                              fault.message, fault.error_code)  # fmt: skip
+            return False
+        if isinstance(fault, Garbage):
+            await self._ws.send_str(fault.data.replace("<context_id>", run.record.context_id))
         if self._server.chunk_delay:
             await asyncio.sleep(self._server.chunk_delay)
         rate, record = run.rate, run.record
-        samples = round(self._server.seconds_per_char * rate)
-        per_char = samples / rate  # exact, so the timestamps match the audio
-        index = np.arange(samples * len(chars))
-        pcm = (6000 * np.sin(2 * np.pi * 440.0 * index / rate)).astype("<i2").tobytes()
+        pcm, per_char = tone_for(chars, self._server.seconds_per_char, rate)
         words: _Words = []
         for i, char in enumerate(chars):
             at = record.audio_seconds + i * per_char
@@ -490,15 +431,15 @@ class _Session:
         run.record.words.extend(words)
         stamps = {
             "words": [word for word, _, _ in words],
-            "start": [_number(start) for _, start, _ in words],
-            "end": [_number(end) for _, _, end in words],
+            "start": [json_number(start) for _, start, _ in words],
+            "end": [json_number(end) for _, _, end in words],
         }
         await self._send(run, "timestamps", word_timestamps=stamps)
 
     async def _send(
         self, run: _ContextRun, kind: str, *, done: bool = False, **fields: Any
     ) -> None:
-        if self._stalled:
+        if self._faults.stalled:
             return
         message = {"type": kind, "done": done, "status_code": 206, **fields}
         message["context_id"] = run.record.context_id
