@@ -32,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-
-from ._loopback import LoopbackServer
+from ._tone import json_number, tone_for
+from ._ws_faults import AudioFaults, Cut, Refuse, Stall
+from ._ws_server import WebSocketServer
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -51,22 +50,6 @@ _CLIENT_FIELDS = frozenset(
     {"text", "voice_settings", "generation_config", "xi_api_key", "authorization"}
     | {"flush", "try_trigger_generation", "pronunciation_dictionary_locators"}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    """Answer the handshake with this HTTP status (and ElevenLabs' error JSON)."""
-
-    status: int
-    message: str = "Service temporarily unavailable"
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cut:
-    """Drop the TCP connection (no close frame) after ``after`` audio messages."""
-
-    after: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +68,6 @@ class Garbage:
 
     after: int = 0
     data: str = '{"audio": "AAAA", "isFinal": fal'
-
-
-@dataclass(frozen=True, slots=True)
-class Stall:
-    """After ``after`` audio messages, read on but never answer again."""
-
-    after: int = 0
 
 
 Fault: TypeAlias = Refuse | Cut | SendError | Garbage | Stall
@@ -126,7 +102,7 @@ class _Closed(Exception):
         self.code, self.reason = code, reason
 
 
-class ElevenLabsServer(LoopbackServer):
+class ElevenLabsServer(WebSocketServer[Fault]):
     def __init__(
         self,
         *,
@@ -138,19 +114,16 @@ class ElevenLabsServer(LoopbackServer):
         faults: tuple[Fault, ...] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(port=port)
+        super().__init__(faults=faults, port=port)
         self.api_key = api_key
         self.seconds_per_char = seconds_per_char
         self.chars_per_message = chars_per_message
         self.message_delay = message_delay
         """Seconds before each audio message (loop time)."""
         self.inactivity_timeout = inactivity_timeout
-        self._faults: deque[Fault] = deque(faults)
         self.connections: list[Connection] = []
         """Every connection that passed the handshake, in order."""
         self.refused = 0
-        self._sockets: set[web.WebSocketResponse] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def base_url(self) -> str:
@@ -164,25 +137,12 @@ class ElevenLabsServer(LoopbackServer):
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/text-to-speech/{voice_id}/stream-input", self._handle)
 
-    async def _before_cleanup(self) -> None:
-        for ws in list(self._sockets):
-            await ws.close(code=1001, message=b"server shutting down")
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            fault = self._faults.popleft() if self._faults else None
+        async with self._handling():
+            fault = self._next_fault()
             if isinstance(fault, Refuse):
                 self.refused += 1
-                headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after else {}
-                return _error(fault.status, "service_unavailable", fault.message, headers)
+                return _error(fault.status, "service_unavailable", fault.message, fault.headers())
             key = request.headers.get("xi-api-key")
             if self.api_key is not None and key is not None and key != self.api_key:
                 self.refused += 1
@@ -190,9 +150,7 @@ class ElevenLabsServer(LoopbackServer):
             rate = _rate(request.query.get("output_format", "mp3_44100_128"))
             if rate is None or "model_id" not in request.query:
                 return _error(400, "invalid_request", "output_format must be pcm_<rate>")
-            ws = web.WebSocketResponse(autoping=True)
-            await ws.prepare(request)
-            self._sockets.add(ws)
+            ws = await self._accept(request)
             connection = Connection(
                 request.match_info["voice_id"], dict(request.query), dict(request.headers)
             )
@@ -203,11 +161,8 @@ class ElevenLabsServer(LoopbackServer):
                 connection.closed_with = (closed.code, closed.reason)
                 await ws.close(code=closed.code, message=closed.reason.encode())
             finally:
-                self._sockets.discard(ws)
+                self._forget(ws)
             return ws
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
 
 
 def _rate(output_format: str) -> int | None:
@@ -226,11 +181,6 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-def _number(value: float) -> float | int:
-    rounded = round(value, 6)
-    return int(rounded) if rounded == int(rounded) else rounded
-
-
 class _Session:
     """One connection's conversation: buffering, generating, faults."""
 
@@ -245,12 +195,11 @@ class _Session:
         request: web.Request,
     ) -> None:
         self._server, self._ws, self._c = server, ws, connection
-        self._rate, self._fault, self._key_in_message = rate, fault, key_in_message
-        self._request = request
+        self._rate, self._key_in_message = rate, key_in_message
+        self._faults = AudioFaults(fault, request)
         self._buffer = ""
         self._schedule: list[int] = list(DEFAULT_SCHEDULE)
         self._generation = 0
-        self._stalled = False
         self._word = ""
         self._word_start = self._word_end = 0.0
 
@@ -284,7 +233,7 @@ class _Session:
             if data["text"] == "":
                 await self._generate()
                 self._finish_word()
-                if not self._stalled:
+                if not self._faults.stalled:
                     await self._ws.send_str(json.dumps({"isFinal": True}))
                     raise _Closed(1000, "")
                 continue
@@ -317,34 +266,28 @@ class _Session:
             await self._send_audio(text[start : start + step])
 
     async def _send_audio(self, chars: str) -> None:
-        fault, c = self._fault, self._c
-        if self._stalled:
+        c = self._c
+        if self._faults.stalled:
             return
-        if fault is not None and not isinstance(fault, Refuse) and c.audio_messages == fault.after:
-            if isinstance(fault, Cut) and self._request.transport is not None:
-                self._request.transport.abort()
-                raise _Closed(1006, "cut")
-            if isinstance(fault, SendError):
-                error = {"message": fault.message, "error": fault.error, "code": fault.code}
-                await self._ws.send_str(json.dumps(error))
-                raise _Closed(fault.code, fault.message)
-            if isinstance(fault, Garbage):
-                self._fault = None
-                await self._ws.send_str(fault.data)
-            if isinstance(fault, Stall):
-                self._stalled = True
-                return
+        fault = self._faults.due(c.audio_messages)
+        if isinstance(fault, Cut):
+            raise _Closed(1006, "cut")
+        if isinstance(fault, Stall):
+            return
+        if isinstance(fault, SendError):
+            error = {"message": fault.message, "error": fault.error, "code": fault.code}
+            await self._ws.send_str(json.dumps(error))
+            raise _Closed(fault.code, fault.message)
+        if isinstance(fault, Garbage):
+            await self._ws.send_str(fault.data)
         if self._server.message_delay:
             await asyncio.sleep(self._server.message_delay)
-        samples = round(self._server.seconds_per_char * self._rate)
-        per_char = samples / self._rate  # exact, so the alignment matches the audio
-        index = np.arange(samples * len(chars))
-        pcm = (6000 * np.sin(2 * np.pi * 440.0 * index / self._rate)).astype("<i2").tobytes()
-        starts = [_number(i * per_char * 1000) for i in range(len(chars))]
+        pcm, per_char = tone_for(chars, self._server.seconds_per_char, self._rate)
+        starts = [json_number(i * per_char * 1000) for i in range(len(chars))]
         alignment = {
             "chars": list(chars),
             "charStartTimesMs": starts,
-            "charsDurationsMs": [_number(per_char * 1000)] * len(chars),
+            "charsDurationsMs": [json_number(per_char * 1000)] * len(chars),
         }
         for i, char in enumerate(chars):  # the server's own account of the words
             at = c.audio_seconds + i * per_char
