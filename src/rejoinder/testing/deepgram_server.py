@@ -36,16 +36,12 @@ server starts.
 
 from __future__ import annotations
 
-import array
-import asyncio
-import json
-import sys
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._loopback import LoopbackServer
+from ._listen_stream import ListenConnection, ListenServer, ListenStream, is_loud, sample_count
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -75,21 +71,8 @@ class Fault:
 
 
 @dataclass(eq=False)
-class DeepgramConnection:
+class DeepgramConnection(ListenConnection):
     """What one accepted connection received."""
-
-    query: dict[str, str]
-    headers: dict[str, str]
-    audio: bytearray = field(default_factory=bytearray)
-    controls: list[dict[str, Any]] = field(default_factory=list)
-    """Every text message from the client, decoded (``{"raw": ...}`` when not JSON)."""
-    sent: list[dict[str, Any]] = field(default_factory=list)
-    close_code: int | None = None
-    """The code the server closed with (else the client's)."""
-    closed: bool = False
-
-    def control_types(self) -> list[str]:
-        return [str(control.get("type")) for control in self.controls]
 
 
 @dataclass
@@ -104,7 +87,7 @@ class _Heard:
     revealed: int = 0
 
 
-class DeepgramServer(LoopbackServer):
+class DeepgramServer(ListenServer[Fault, DeepgramConnection]):
     def __init__(
         self,
         *,
@@ -117,19 +100,13 @@ class DeepgramServer(LoopbackServer):
         faults: Iterable[Fault | None] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(port=port)
+        super().__init__(faults=faults, port=port)
         self._api_key = api_key
         self._transcripts: deque[str] = deque(transcripts)
         self.word_ms = word_ms
         self.segment_words = segment_words
         self.speech_threshold = speech_threshold
         self.idle_timeout = idle_timeout
-        self._faults: deque[Fault | None] = deque(faults)
-        self._refusals: deque[tuple[int, str]] = deque()
-        self.connections: list[DeepgramConnection] = []
-        self.refused: list[int] = []
-        """The status of every refused handshake, in order."""
-        self._handlers: set[asyncio.Task[Any]] = set()
 
     @property
     def base_url(self) -> str:
@@ -138,47 +115,18 @@ class DeepgramServer(LoopbackServer):
     def add_transcripts(self, *transcripts: str) -> None:
         self._transcripts.extend(transcripts)
 
-    def add_faults(self, *faults: Fault | None) -> None:
-        self._faults.extend(faults)
-
-    def refuse(self, status: int, times: int = 1, message: str = "Refused by the test.") -> None:
-        """Answer the next ``times`` handshakes with HTTP ``status``."""
-        self._refusals.extend([(status, message)] * times)
-
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/listen", self._serve)
 
-    async def _before_cleanup(self) -> None:
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+    def _connection(self, request: web.Request) -> DeepgramConnection:
+        return DeepgramConnection(dict(request.query), dict(request.headers))
 
-    async def _serve(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            refusal = self._check(request)
-            if refusal is not None:
-                self.refused.append(refusal.status)
-                return refusal
-            ws = web.WebSocketResponse(autoping=True)
-            await ws.prepare(request)
-            connection = DeepgramConnection(dict(request.query), dict(request.headers))
-            self.connections.append(connection)
-            fault = self._faults.popleft() if self._faults else None
-            try:
-                await _Stream(self, ws, request, connection, fault).run()
-            finally:
-                connection.closed = True
-                if connection.close_code is None:
-                    connection.close_code = ws.close_code
-            return ws
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
+    async def _converse(
+        self, ws: web.WebSocketResponse, request: web.Request, connection: DeepgramConnection
+    ) -> None:
+        stream = _Stream(self, ws, request, connection)
+        stream.fault = self._next_fault()
+        await stream.run()
 
     def _check(self, request: web.Request) -> web.Response | None:
         authorization = request.headers.get("Authorization", "")
@@ -204,7 +152,7 @@ class DeepgramServer(LoopbackServer):
         return self._transcripts.popleft() if self._transcripts else ""
 
 
-class _Stream:
+class _Stream(ListenStream[Fault, DeepgramConnection]):
     """One connection's exchange: reads audio and control messages, answers results."""
 
     def __init__(
@@ -213,10 +161,10 @@ class _Stream:
         ws: web.WebSocketResponse,
         request: web.Request,
         connection: DeepgramConnection,
-        fault: Fault | None,
     ) -> None:
-        self.server, self.ws, self.request, self.connection = server, ws, request, connection
-        self.fault = fault
+        super().__init__(ws, request, connection)
+        self.server = server
+        self.idle_timeout = server.idle_timeout
         query = connection.query
         self.rate = int(query["sample_rate"]) * int(query.get("channels", "1"))
         self.interim = query.get("interim_results") == "true"
@@ -230,35 +178,11 @@ class _Stream:
         self.heard: _Heard | None = None
         self.last_word_end: float | None = None  # for UtteranceEnd, once final
         self.request_id = f"test-{id(connection):x}"
-        self.muted = False
 
-    async def run(self) -> None:
-        from aiohttp import WSMsgType
+    async def _idle(self) -> None:
+        await self._close(1011, "NET-0001")
 
-        while True:
-            try:
-                async with asyncio.timeout(self.server.idle_timeout):
-                    message = await self.ws.receive()
-            except TimeoutError:
-                await self._close(1011, b"NET-0001")
-                return
-            if message.type == WSMsgType.BINARY:
-                if not await self._audio(message.data):
-                    return
-            elif message.type == WSMsgType.TEXT:
-                if not await self._control(message.data):
-                    return
-            else:
-                return
-
-    async def _control(self, text: str) -> bool:
-        try:
-            control = json.loads(text)
-        except ValueError:
-            control = None
-        if not isinstance(control, dict):
-            control = {"raw": text}
-        self.connection.controls.append(control)
+    async def _control(self, control: dict[str, Any]) -> bool:
         kind = control.get("type")
         if kind == "Finalize":
             await self._final(from_finalize=True)
@@ -278,22 +202,13 @@ class _Stream:
         return True
 
     async def _audio(self, data: bytes) -> bool:
-        connection = self.connection
         if not data:  # Deepgram takes an empty frame as the end of the stream
             await self._close(1000)
             return False
-        connection.audio += data
-        fault = self.fault
-        if fault is not None and len(connection.audio) >= fault.after_bytes:
-            self.fault = None
-            if not await self._fault(fault):
-                return False
-        samples = array.array("h")
-        samples.frombytes(data[: len(data) // 2 * 2])
-        if sys.byteorder == "big":
-            samples.byteswap()
-        seconds = len(samples) / self.rate
-        loud = bool(samples) and max(max(samples), -min(samples)) > self.server.speech_threshold
+        if not await self._audio_arrived(data):
+            return False
+        seconds = sample_count(data) / self.rate
+        loud = is_loud(data, self.server.speech_threshold)
         start, self.time = self.time, self.time + seconds
         if loud:
             await self._speech(start, seconds)
@@ -386,34 +301,10 @@ class _Stream:
         if is_final:
             self.last_final_end = self.time
 
-    async def _fault(self, fault: Fault) -> bool:
-        """Carry out ``fault``; False when the connection is over."""
-        if fault.action == "drop":
-            if self.request.transport is not None:
-                self.request.transport.close()
-            return False
-        if fault.action == "close":
-            if fault.error is not None:
-                await self._send({"type": "Error", "description": fault.error, "variant": "test"})
-            await self._close(fault.close_code, fault.reason.encode())
-            return False
-        if fault.action == "mute":
-            self.muted = True
-            return True
-        for frame in fault.frames:
-            await self.ws.send_str(frame)
-        return True
-
-    async def _close(self, code: int, reason: bytes = b"") -> None:
-        # Recorded here: after the handshake aiohttp keeps the code the client echoed.
-        self.connection.close_code = code
-        await self.ws.close(code=code, message=reason)
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self.muted:
-            return
-        self.connection.sent.append(message)
-        await self.ws.send_str(json.dumps(message))
+    async def _close_fault(self, fault: Fault) -> None:
+        if fault.error is not None:
+            await self._send({"type": "Error", "description": fault.error, "variant": "test"})
+        await self._close(fault.close_code, fault.reason)
 
 
 def _refusal(status: int, code: str, message: str) -> web.Response:
