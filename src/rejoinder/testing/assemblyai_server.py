@@ -39,17 +39,13 @@ nothing). ``refuse`` answers the next handshakes with an HTTP status instead;
 
 from __future__ import annotations
 
-import array
-import asyncio
-import json
-import sys
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._loopback import LoopbackServer
+from ._listen_stream import ListenConnection, ListenServer, ListenStream, is_loud
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -96,23 +92,11 @@ class Fault:
 
 
 @dataclass(eq=False)
-class AssemblyAIConnection:
+class AssemblyAIConnection(ListenConnection):
     """What one accepted connection received."""
 
-    query: dict[str, str]
-    headers: dict[str, str]
-    audio: bytearray = field(default_factory=bytearray)
     chunk_seconds: list[float] = field(default_factory=list)
     """The length of every audio message, in seconds."""
-    controls: list[dict[str, Any]] = field(default_factory=list)
-    """Every text message from the client, decoded (``{"raw": ...}`` when not JSON)."""
-    sent: list[dict[str, Any]] = field(default_factory=list)
-    close_code: int | None = None
-    """The code the server closed with (else the client's)."""
-    closed: bool = False
-
-    def control_types(self) -> list[str]:
-        return [str(control.get("type")) for control in self.controls]
 
     def turns(self) -> list[dict[str, Any]]:
         """The ``Turn`` messages sent."""
@@ -131,7 +115,7 @@ class _Heard:
     revealed: int = 0
 
 
-class AssemblyAIServer(LoopbackServer):
+class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
     def __init__(
         self,
         *,
@@ -143,21 +127,15 @@ class AssemblyAIServer(LoopbackServer):
         faults: Iterable[Fault | None] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(port=port)
+        super().__init__(faults=faults, port=port)
         self._api_key = api_key
         self.end_of_turn_confidence = end_of_turn_confidence
         self._transcripts: deque[Said] = deque()
         self.add_transcripts(*transcripts)
         self.word_ms = word_ms
         self.speech_threshold = speech_threshold
-        self._faults: deque[Fault | None] = deque(faults)
-        self._refusals: deque[tuple[int, str]] = deque()
         self._session_ends: deque[tuple[int, str]] = deque()
-        self.connections: list[AssemblyAIConnection] = []
-        self.refused: list[int] = []
-        """The status of every refused handshake, and the code of every session ended
-        before ``Begin``, in order."""
-        self._handlers: set[asyncio.Task[Any]] = set()
+        # ``refused`` also has the code of every session ended before ``Begin``.
 
     @property
     def base_url(self) -> str:
@@ -169,13 +147,6 @@ class AssemblyAIServer(LoopbackServer):
                 said = Said(said, self.end_of_turn_confidence)
             self._transcripts.append(said)
 
-    def add_faults(self, *faults: Fault | None) -> None:
-        self._faults.extend(faults)
-
-    def refuse(self, status: int, times: int = 1, message: str = "Refused by the test.") -> None:
-        """Answer the next ``times`` handshakes with HTTP ``status``."""
-        self._refusals.extend([(status, message)] * times)
-
     def end_sessions(self, code: int, reason: str, times: int = 1) -> None:
         """Accept the next ``times`` upgrades, then send an ``Error`` and close with
         ``code`` before ``Begin`` (1008 for a bad key, 3009 for too many sessions)."""
@@ -184,43 +155,20 @@ class AssemblyAIServer(LoopbackServer):
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v3/ws", self._serve)
 
-    async def _before_cleanup(self) -> None:
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+    def _connection(self, request: web.Request) -> AssemblyAIConnection:
+        return AssemblyAIConnection(dict(request.query), dict(request.headers))
 
-    async def _serve(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            refusal = self._check(request)
-            if refusal is not None:
-                self.refused.append(refusal.status)
-                return refusal
-            ws = web.WebSocketResponse(autoping=True)
-            await ws.prepare(request)
-            connection = AssemblyAIConnection(dict(request.query), dict(request.headers))
-            self.connections.append(connection)
-            stream = _Stream(self, ws, request, connection)
-            try:
-                if self._session_ends:
-                    code, reason = self._session_ends.popleft()
-                    self.refused.append(code)
-                    await stream.fail(code, reason)
-                else:
-                    stream.fault = self._faults.popleft() if self._faults else None
-                    await stream.run()
-            finally:
-                connection.closed = True
-                if connection.close_code is None:
-                    connection.close_code = ws.close_code
-            return ws
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
+    async def _converse(
+        self, ws: web.WebSocketResponse, request: web.Request, connection: AssemblyAIConnection
+    ) -> None:
+        stream = _Stream(self, ws, request, connection)
+        if self._session_ends:
+            code, reason = self._session_ends.popleft()
+            self.refused.append(code)
+            await stream.fail(code, reason)
+        else:
+            stream.fault = self._next_fault()
+            await stream.run()
 
     def _check(self, request: web.Request) -> web.Response | None:
         if self._api_key is not None and request.headers.get("Authorization") != self._api_key:
@@ -242,7 +190,7 @@ class AssemblyAIServer(LoopbackServer):
         return said if said is not None and said.text.split() else None
 
 
-class _Stream:
+class _Stream(ListenStream[Fault, AssemblyAIConnection]):
     """One connection's exchange: reads audio and client messages, answers turns."""
 
     def __init__(
@@ -252,8 +200,8 @@ class _Stream:
         request: web.Request,
         connection: AssemblyAIConnection,
     ) -> None:
-        self.server, self.ws, self.request, self.connection = server, ws, request, connection
-        self.fault: Fault | None = None
+        super().__init__(ws, request, connection)
+        self.server = server
         query = connection.query
         self.rate = int(query["sample_rate"])
         self.format_turns = query.get("format_turns") == "true"
@@ -264,37 +212,17 @@ class _Stream:
         self.began = time.monotonic()
         self.heard: _Heard | None = None
         self.turn_order = 0
-        self.muted = False
 
     async def fail(self, code: int, reason: str) -> None:
         await self._send({"type": "Error", "error_code": code, "error": reason})
         await self._close(code, reason)
 
-    async def run(self) -> None:
-        from aiohttp import WSMsgType
-
+    async def _opening(self) -> None:
         await self._send(
             {"type": "Begin", "id": f"test-{id(self):x}", "expires_at": int(time.time()) + 10800}
         )
-        while True:
-            message = await self.ws.receive()
-            if message.type == WSMsgType.BINARY:
-                if not await self._audio(message.data):
-                    return
-            elif message.type == WSMsgType.TEXT:
-                if not await self._control(message.data):
-                    return
-            else:
-                return
 
-    async def _control(self, text: str) -> bool:
-        try:
-            control = json.loads(text)
-        except ValueError:
-            control = None
-        if not isinstance(control, dict):
-            control = {"raw": text}
-        self.connection.controls.append(control)
+    async def _control(self, control: dict[str, Any]) -> bool:
         kind = control.get("type")
         if kind not in _CONTROLS:
             await self.fail(3006, f"Invalid Message Type: {str(kind)[:50]}")
@@ -319,24 +247,16 @@ class _Stream:
         return True
 
     async def _audio(self, data: bytes) -> bool:
-        connection = self.connection
         seconds = len(data) / 2 / self.rate
-        connection.audio += data
-        connection.chunk_seconds.append(seconds)
+        self.connection.chunk_seconds.append(seconds)
         if not 0.05 - 1e-9 <= seconds <= 1.0 + 1e-9:
+            self.connection.audio += data
             duration = round(seconds * 1000)
             await self.fail(3007, f"Input duration violation: {duration} ms. Expected 50-1000 ms")
             return False
-        fault = self.fault
-        if fault is not None and len(connection.audio) >= fault.after_bytes:
-            self.fault = None
-            if not await self._fault(fault):
-                return False
-        samples = array.array("h")
-        samples.frombytes(data[: len(data) // 2 * 2])
-        if sys.byteorder == "big":
-            samples.byteswap()
-        loud = bool(samples) and max(max(samples), -min(samples)) > self.server.speech_threshold
+        if not await self._audio_arrived(data):
+            return False
+        loud = is_loud(data, self.server.speech_threshold)
         start, self.time = self.time, self.time + seconds
         if loud:
             await self._speech(start, seconds)
@@ -413,32 +333,8 @@ class _Stream:
             }
         )
 
-    async def _fault(self, fault: Fault) -> bool:
-        """Carry out ``fault``; False when the connection is over."""
-        if fault.action == "drop":
-            if self.request.transport is not None:
-                self.request.transport.close()
-            return False
-        if fault.action == "close":
-            await self.fail(fault.close_code, fault.reason)
-            return False
-        if fault.action == "mute":
-            self.muted = True
-            return True
-        for frame in fault.frames:
-            await self.ws.send_str(frame)
-        return True
-
-    async def _close(self, code: int, reason: str = "") -> None:
-        # Recorded here: after the handshake aiohttp keeps the code the client echoed.
-        self.connection.close_code = code
-        await self.ws.close(code=code, message=reason.encode()[:123])
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self.muted:
-            return
-        self.connection.sent.append(message)
-        await self.ws.send_str(json.dumps(message))
+    async def _close_fault(self, fault: Fault) -> None:
+        await self.fail(fault.close_code, fault.reason)
 
 
 def _refusal(status: int, message: str) -> web.Response:
