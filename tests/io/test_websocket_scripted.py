@@ -56,6 +56,7 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     async def start(
         make_session: Callable[[], rj.AgentSession[Any]],
         agent: Callable[[], rj.Agent] = lambda: rj.Agent(instructions="test"),
+        resume_grace: float = 30.0,
         **options: Any,
     ) -> Served:
         sessions: list[rj.AgentSession[Any]] = []
@@ -67,7 +68,9 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
             conns.append(conn)
             await conn.serve(session, agent())
 
-        app = create_app(entrypoint, websocket=WebSocketOptions(**options))
+        app = create_app(
+            entrypoint, websocket=WebSocketOptions(**options), resume_grace=resume_grace
+        )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         servers.append(server)
@@ -315,8 +318,9 @@ def test_silence_helper() -> None:
 
 
 async def test_a_client_that_vanishes_mid_answer_closes_its_session(serve: Any) -> None:
+    """With resuming off (``resume_grace=0``): tests/io/test_resume.py has it on."""
     long = "This is a long answer that goes on and on for quite a while. " * 3
-    url, sessions, conns = await serve(scripted([[long]], ["Tell me a story."]))
+    url, sessions, conns = await serve(scripted([[long]], ["Tell me a story."]), resume_grace=0)
     async with aiohttp.ClientSession() as http:
         ws = await http.ws_connect(url)
         client = VoiceClient(ws, MIC)

@@ -17,6 +17,12 @@
 Admission goes through one ``SessionGate`` (``app[GATE]``): over ``max_sessions`` live
 sessions, or while draining, the WebSocket upgrade and the WebRTC offer get HTTP 503 with
 the reason. ``rejoinder serve`` drains it on SIGTERM (``rejoinder.devserver``).
+
+Resuming (``resume_grace``, 30 s by default; 0 turns it off): a session whose client
+dropped waits that long in the app's ``ResumeRegistry`` (``app[RESUME]``), shared by
+both transports, for a connection that names its token (``rejoinder.io.resume``). A
+request that names a live token in its URL (``?resume=TOKEN``) is admitted even when the
+server is full or draining: its session is already counted.
 """
 
 from __future__ import annotations
@@ -38,15 +44,18 @@ from .hosting import (
     metrics_answer,
     observed,
     refused_answer,
+    resume_registry,
 )
+from .resume import DEFAULT_GRACE
 from .server_metrics import ServerMetrics
 from .socket_loop import respond
 from .websocket import WebSocketOptions, websocket_handler
 
 if TYPE_CHECKING:
+    from .resume import ResumeRegistry
     from .telephony import TelephonyOptions
 
-__all__ = ["GATE", "METRICS", "WEBRTC", "create_app", "webrtc_unavailable"]
+__all__ = ["GATE", "METRICS", "RESUME", "WEBRTC", "create_app", "webrtc_unavailable"]
 
 logger = logging.getLogger("rejoinder.io.app")
 
@@ -56,6 +65,8 @@ WEBRTC: web.AppKey[Any] = web.AppKey("rejoinder.webrtc", object)
 """App key: the ``WebRTCServer`` answering ``POST /api/offer``, or ``None``."""
 METRICS: web.AppKey[ServerMetrics] = web.AppKey("rejoinder.metrics", ServerMetrics)
 """App key: the app's ``ServerMetrics`` (its own Prometheus registry)."""
+RESUME: web.AppKey[Any] = web.AppKey("rejoinder.resume", object)
+"""App key: the ``ResumeRegistry`` of sessions waiting for their client, or ``None``."""
 
 
 def webrtc_unavailable() -> str | None:
@@ -80,6 +91,7 @@ def create_app(
     telephony_options: TelephonyOptions | None = None,
     inspect: bool = False,
     metrics_labels: Mapping[str, str] | None = None,
+    resume_grace: float = DEFAULT_GRACE,
 ) -> web.Application:
     """An application serving ``entrypoint`` (called once per client connection).
 
@@ -91,24 +103,35 @@ def create_app(
     ``"telnyx"``, ``"plivo"``), with ``telephony_options``. ``inspect``: mount
     ``GET /sessions`` (what each live session owes, and its timeline; see
     ``rejoinder.io.inspect``). ``metrics_labels``: constant labels on every ``/metrics``
-    sample (``{"replica": ...}``).
+    sample (``{"replica": ...}``). ``resume_grace``: seconds a session whose client
+    dropped waits for it to resume (0: it ends at once; see ``rejoinder.io.resume``).
     """
     gate = host_gate(max_sessions, gate)
+    resume = resume_registry(resume_grace)
     app = web.Application()
     app[GATE] = gate
+    app[RESUME] = resume
     app[METRICS] = server_metrics = ServerMetrics(gate, labels=metrics_labels)
     entrypoint = observed(entrypoint, server_metrics)
 
-    ws_handler = websocket_handler(entrypoint, websocket, run=gate.run)
+    ws_handler = websocket_handler(entrypoint, websocket, run=gate.run, resume=resume)
 
     async def ws_route(request: web.Request) -> web.StreamResponse:
+        if resume is not None and resume.knows(request.query.get("resume")):
+            return await ws_handler(request)  # its session holds its place already
         with gate.admit() as admission:
             if admission is None:
                 return _refused(gate)
             return await ws_handler(request)
 
     app.router.add_get("/ws", ws_route)
-    app[WEBRTC] = _mount_webrtc(app, entrypoint, gate, webrtc)
+    if resume is not None:
+
+        async def stop_resuming(_: web.Application) -> None:
+            resume.close()
+
+        app.on_shutdown.append(stop_resuming)
+    app[WEBRTC] = _mount_webrtc(app, entrypoint, gate, webrtc, resume)
     if telephony:
         from .telephony import add_telephony_routes
 
@@ -162,7 +185,11 @@ def _refused(gate: SessionGate[Connection]) -> web.Response:
 
 
 def _mount_webrtc(
-    app: web.Application, entrypoint: Entrypoint, gate: SessionGate[Connection], webrtc: Any
+    app: web.Application,
+    entrypoint: Entrypoint,
+    gate: SessionGate[Connection],
+    webrtc: Any,
+    resume: ResumeRegistry | None,
 ) -> Any:
     if webrtc is False:
         return None
@@ -171,12 +198,14 @@ def _mount_webrtc(
     if webrtc is None and not rtc.available():
         return None
     options = webrtc if isinstance(webrtc, rtc.WebRTCOptions) else rtc.WebRTCOptions()
-    server = rtc.WebRTCServer(entrypoint, options, run=gate.run)
+    server = rtc.WebRTCServer(entrypoint, options, run=gate.run, resume=resume)
     # The answer goes out before the peer connects and its session starts: the place
     # admitted for the offer is held until then.
     linger = options.connect_timeout + options.data_channel_timeout
 
     async def offer_route(request: web.Request) -> web.StreamResponse:
+        if "resume" in request.query:
+            return await server.handle_offer(request)  # its session holds its place
         with gate.admit(linger=linger) as admission:
             if admission is None:
                 return _refused(gate)

@@ -11,6 +11,12 @@ transport builds the ``Connection`` (microphone in, ``ReportedPlayback`` out, a 
 send protocol messages) and hands it client messages; ``serve`` wires a session to it,
 forwards the session's events to the client as protocol messages, and returns once the
 client left or the session closed, with the session closed.
+
+The client's connection itself is a ``ClientLink`` (``link``). With resuming on (a
+``ResumeRegistry``, see ``rejoinder.io.resume``) a connection that breaks without the
+client's goodbye only detaches the session (``lost``), and a later connection that
+names the session's token takes it over (``attach``): the session, its microphone and
+its playback stay; the link changes.
 """
 
 from __future__ import annotations
@@ -18,20 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-
 from ..models import is_realtime_model
-from ..models.audio import AudioFrame, AudioInput
 from ..models.chat import ChatMessage, FunctionCall, FunctionCallOutput, new_id
-from ..models.text import TextOutput
-from .mic_clock import MIC_BATCH_INTERVAL, mic_clock
+from .agent_text import AgentText
+from .link import ClientLink
+from .microphone import PushAudioInput
 from .playback import ReportedPlayback
 from .protocol import (
-    TIMELINE_KINDS,
     AgentStateMessage,
     ClientMessage,
     ErrorCode,
@@ -43,16 +45,18 @@ from .protocol import (
     Ready,
     ServerMessage,
     Start,
-    TimelineMessage,
     ToolMessage,
     TranscriptMessage,
     UserStateMessage,
     UserText,
     json_safe,
 )
+from .resume import ReplyCut, hear_silence
+from .timeline_feed import TimelineFeed
 
 if TYPE_CHECKING:
     from ..session import Agent, AgentSession
+    from .resume import ResumeRegistry
     from .telephony.dialects import CallInfo
 
 __all__ = ["Connection", "Entrypoint", "PushAudioInput"]
@@ -60,180 +64,14 @@ __all__ = ["Connection", "Entrypoint", "PushAudioInput"]
 logger = logging.getLogger("rejoinder")
 
 
-class PushAudioInput(AudioInput):
-    """Microphone audio a transport pushes as it arrives (PCM16LE mono bytes, or frames).
-
-    The client paces it (a microphone produces it in real time). A reader that waits for
-    audio gets it on the next tick of the loop's shared ``MicClock`` (every
-    ``batch_interval`` seconds; 0: at once), so that the sessions of one process hear
-    their microphones in one loop iteration rather than each at its own moment (see
-    ``mic_clock``); a reader that is busy finds every frame queued. At most
-    ``max_seconds`` wait to be read; beyond that new audio is dropped and ``push_pcm``
-    returns False (the session is not keeping up, or the client sends faster than real
-    time)."""
-
-    def __init__(
-        self,
-        sample_rate: int,
-        *,
-        max_seconds: float = 5.0,
-        batch_interval: float = MIC_BATCH_INTERVAL,
-    ) -> None:
-        if sample_rate <= 0:
-            raise ValueError("sample_rate must be positive")
-        if batch_interval < 0:
-            raise ValueError("batch_interval must not be negative")
-        self.sample_rate = sample_rate
-        self.batch_interval = batch_interval
-        self._limit = int(max_seconds * sample_rate)
-        self._queued = 0
-        self._frames: deque[AudioFrame] = deque()
-        self._readers: list[asyncio.Future[None]] = []
-        """Readers waiting for audio (one, but a second may come)."""
-        self._wake_due = False
-        """The clock will wake the readers at its next tick."""
-        self._odd = b""
-        self._closed = False
-        self._discard = False
-        self.dropped_samples = 0
-
-    def push_pcm(self, pcm: bytes) -> bool:
-        """Queue 16-bit little-endian mono PCM. An odd trailing byte waits for the next
-        chunk. Returns False when the audio was dropped (closed, or over the limit)."""
-        if self._closed:
-            return False
-        if self._odd:
-            pcm, self._odd = self._odd + pcm, b""
-        if len(pcm) % 2:
-            pcm, self._odd = pcm[:-1], pcm[-1:]
-        if not pcm:
-            return True
-        return self.push(AudioFrame(np.frombuffer(pcm, "<i2").astype(np.int16), self.sample_rate))
-
-    def push(self, frame: AudioFrame) -> bool:
-        if self._closed:
-            return False
-        if self._discard:
-            return True
-        samples = frame.samples_per_channel
-        if self._queued + samples > self._limit:
-            self.dropped_samples += samples
-            return False
-        self._queued += samples
-        self._frames.append(frame)
-        if self._readers and not self._wake_due:
-            if self.batch_interval:
-                self._wake_due = True
-                mic_clock(self.batch_interval).call_at_tick(self._wake_readers)
-            else:
-                self._wake_readers()
-        return True
-
-    def _wake_readers(self) -> None:
-        self._wake_due = False
-        readers, self._readers = self._readers, []
-        for reader in readers:
-            if not reader.done():  # not cancelled meanwhile
-                reader.set_result(None)
-
-    def discard(self) -> None:
-        """Nobody listens: accept audio and drop it (never an overrun)."""
-        self._discard = True
-
-    def close(self) -> None:
-        """The microphone is gone: iteration ends after what was queued."""
-        if not self._closed:
-            self._closed = True
-            self._wake_readers()  # the end need not wait for a tick
-
-    async def __aiter__(self) -> AsyncIterator[AudioFrame]:
-        frames = self._frames
-        loop = asyncio.get_running_loop()
-        while True:
-            if not frames:
-                if self._closed:
-                    return
-                reader: asyncio.Future[None] = loop.create_future()
-                self._readers.append(reader)
-                try:
-                    await reader
-                finally:
-                    if reader in self._readers:  # cancelled before it was woken
-                        self._readers.remove(reader)
-                continue
-            frame = frames.popleft()
-            self._queued -= frame.samples_per_channel
-            yield frame
-
-
-CHARS_PER_SECOND = 15.0
-"""Speaking rate assumed to pace agent text before a reply's audio is complete."""
-
-
-class _AgentText(TextOutput):
-    """Agent text for the client, paced by what the listener has heard.
-
-    With audio, each ``played`` report that moves the reply reveals the share of its text
-    that its share of audio heard amounts to (whole words; at ``CHARS_PER_SECOND`` until
-    the reply's audio is complete and its length known), so the text runs with the voice,
-    give or take a word. Without audio (``paced=False``) text is shown as it is delivered.
-    The final transcript (exactly what was heard) comes from the history, not from here.
-    """
-
-    def __init__(self, send: Callable[[ServerMessage], None]) -> None:
-        self._send = send
-        self._parts: list[str] = []
-        self._shown = 0
-        self.paced = True
-
-    async def capture_text(self, text: str) -> None:
-        self._parts.append(text)
-        if not self.paced:
-            self._show(len(self._text()))
-
-    def flush(self) -> None:
-        pass  # the text stays until the reply's final transcript replaces it
-
-    def progress(self, heard: float, length: float | None) -> None:
-        text = self._text()
-        if length is not None and length > 0:
-            chars = len(text) * min(1.0, heard / length)
-        else:
-            chars = heard * CHARS_PER_SECOND
-        end = min(len(text), round(chars))
-        if end < len(text):  # back to a whole word
-            end = text.rfind(" ", 0, end + 1) if text[end : end + 1] != " " else end
-        self._show(max(end, 0))
-
-    def final(self) -> None:
-        self._parts.clear()
-        self._shown = 0
-
-    @property
-    def open(self) -> bool:
-        """Interim text was shown that no final transcript closed yet."""
-        return self._shown > 0
-
-    def _text(self) -> str:
-        if len(self._parts) > 1:
-            self._parts[:] = ["".join(self._parts)]
-        return self._parts[0] if self._parts else ""
-
-    def _show(self, end: int) -> None:
-        if end <= self._shown:
-            return  # shown text only grows
-        self._shown = end
-        text = self._text()[:end].rstrip()
-        if text:
-            self._send(TranscriptMessage(role="agent", text=text, final=False))
-
-
 class Connection:
-    """One client connection. Built by a transport; given to the entry point.
+    """One client's session. Built by a transport; given to the entry point.
 
     ``send`` never raises and never blocks: the transport queues the message (and drops
     the client if it stops reading). The transport reports client messages through
-    ``receive`` and the client's departure through ``client_left``.
+    ``receive`` (or its ``link``) and the client's departure through ``client_left``
+    (a goodbye) or ``link.lost`` (a broken connection, which detaches the session when
+    ``resume`` is given).
     """
 
     def __init__(
@@ -249,10 +87,11 @@ class Connection:
         match_tts_rate: bool = False,
         call: CallInfo | None = None,
         wants_timeline: bool = False,
+        resume: ResumeRegistry | None = None,
     ) -> None:
         self.id = id or new_id("conn")
         self.transport = transport
-        """``"websocket"``, ``"webrtc"``, ..."""
+        """``"websocket"``, ``"webrtc"``, ... (the first connection's)"""
         self.audio_input = audio_input
         self.audio_output = audio_output
         self.remote = remote
@@ -268,31 +107,60 @@ class Connection:
         ``serve`` starts the session."""
         self.left_reason: str | None = None
         """Why the client left (the session's ``close`` reason when it ended that way)."""
+        self.resume = resume
+        """Where the session waits for its client after a drop (None: it ends)."""
+        self.entry: asyncio.Future[None] | None = None
+        """The entry point's call, set by the transport that made it: a link that took
+        the session over waits for it, as the first one does."""
+        self.resumes = 0
+        """Connections that took this session over."""
         self._keys: list[str] = []
         self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
         """Called with the session as ``serve`` starts it (the server's metrics use it)."""
-        self._send = send
+        self._link: ClientLink | None = ClientLink(transport, send, wants_timeline=wants_timeline)
+        self._link.connection = self
         self._match_tts_rate = match_tts_rate
         self._left = asyncio.Event()
         self._ready = False
         """``session.start`` returned: typed text and keys go to the session."""
-        self._text = _AgentText(self.send)
+        self._text = AgentText(self.send)
+        self._feed: TimelineFeed | None = None
+        self._silence: asyncio.Task[None] | None = None
+        self._cut: ReplyCut | None = None
+        self._missed_final: TranscriptMessage | None = None
+        """The final agent transcript the client had interim text of when it dropped."""
+        self._client_had_interim = False
 
     # -------------------------------------------------------------- client side
 
     @property
     def left(self) -> bool:
+        """The client is gone for good (the session ends, or has)."""
         return self._left.is_set()
+
+    @property
+    def link(self) -> ClientLink | None:
+        """The connection carrying the session now (None while it waits to be resumed)."""
+        return self._link
+
+    @property
+    def detached(self) -> bool:
+        """The client dropped and the session waits for it to resume."""
+        return self._link is None and not self._left.is_set()
 
     async def wait_left(self) -> None:
         await self._left.wait()
 
     def send(self, message: ServerMessage) -> None:
-        """Send a protocol message to the client (dropped once it left)."""
-        if self._left.is_set():
+        """Send a protocol message to the client (dropped once it left, or while the
+        session waits to be resumed)."""
+        link = self._link
+        if self._left.is_set() or link is None:
+            if isinstance(message, TranscriptMessage) and message.role == "agent":
+                self._note_missed(message)
             return
         try:
-            self._send(message)
+            link.send(message)
         except Exception:  # a transport bug must not reach the session's callbacks
             logger.exception("sending %s to the client failed", message.type)
 
@@ -330,8 +198,106 @@ class Connection:
             return
         self.left_reason = reason
         self._left.set()
+        self._stop_silence()
+        if self.resume is not None:
+            self.resume.forget(self)
         self.audio_input.close()
         self.audio_output.close()
+
+    def give_up(self, reason: str, entry_timeout: float) -> None:
+        """The session's client did not come back (``ResumeRegistry``): the session
+        closes, and the entry point, which no transport waits for any more, is cancelled
+        if it has not returned ``entry_timeout`` seconds later."""
+        self.client_left(reason)
+        entry = self.entry
+        if entry is not None and not entry.done():
+            timer = asyncio.get_running_loop().call_later(entry_timeout, entry.cancel)
+            entry.add_done_callback(lambda _: timer.cancel())
+
+    # ---------------------------------------------------------------- resuming
+
+    def lost(self, reason: str) -> bool:
+        """The client's connection broke without a goodbye. With resuming on and the
+        session running, the session is detached (True): it waits for its client for the
+        registry's grace; otherwise it ends (False), as ``client_left``."""
+        link = self._link
+        if self._left.is_set():
+            return False
+        registry = self.resume
+        if link is None:
+            return True  # already waiting
+        if registry is None or self.session is None or not registry.detach(self):
+            self.client_left(reason)
+            return False
+        logger.info("the client of %s dropped (%s): its session waits for it", self.id, reason)
+        self._let_go(link, "lost")
+        self._silence = asyncio.get_running_loop().create_task(
+            hear_silence(self.audio_input), name=f"rejoinder-silence-{self.id}"
+        )
+        return True
+
+    def attach(self, link: ClientLink) -> bool:
+        """``link``'s client resumes this session (it gave the token of the last
+        ``ready``): it carries the session from now on, and gets a ``ready`` with
+        ``resumed: true``, then the state snapshot. A link still carrying the session is
+        replaced (the client came back before the server saw it go). False when the
+        session is gone."""
+        session = self.session
+        if self._left.is_set() or session is None or self.resume is None:
+            return False
+        old = self._link
+        if old is not None:
+            self._let_go(old, "replaced")
+        self.resume.attached(self)
+        self._stop_silence()
+        self._link = link
+        link.connection = self
+        self.resumes += 1
+        if link.send_audio is not None and link.send_clear is not None:
+            self.audio_output.attach(link.send_audio, link.send_clear)
+        self._text.attach()
+        self._send_ready(session, resumed=True)
+        missed, self._missed_final = self._missed_final, None
+        if missed is None and self._client_had_interim:
+            missed = TranscriptMessage(role="agent", text="", final=True, interrupted=True)
+        self._client_had_interim = False
+        if missed is not None:
+            self.send(missed)  # closes the interim text the client showed when it dropped
+        self._start_feed(session, link.wants_timeline)
+        return True
+
+    def _let_go(self, link: ClientLink, why: str) -> None:
+        """``link`` stops carrying the session: what its client had not heard of the
+        reply playing was not heard, and the words of it not heard are said again."""
+        self._link = None
+        link.end(why)
+        self._client_had_interim = self._text.open
+        self._missed_final = None
+        self._text.detach()
+        if self._feed is not None:
+            self._feed.stop()
+            self._feed = None
+        heard = self.audio_output.detach()
+        session = self.session
+        if heard is None or session is None or _is_realtime(session) or session.tts is None:
+            return  # a realtime model was told where it was cut, as for a barge-in
+        self._cut = cut = ReplyCut(session, session.current_speech, heard)
+        if not self.audio_output.cutting:
+            # Its audio was all out already: its whole text is in the agent text.
+            cut.text_known(self._text.final(), ended=True)
+
+    def _cut_over(self, ended: bool) -> None:
+        if self._cut is not None:
+            self._cut.text_known(self._text.final(), ended=ended)
+
+    def _note_missed(self, message: TranscriptMessage) -> None:
+        if message.final and self._client_had_interim and self._missed_final is None:
+            self._missed_final = message
+
+    def _stop_silence(self) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
 
     def _playback_stalled(self, why: str) -> None:
         self.send(
@@ -367,20 +333,18 @@ class Connection:
         self._text.paced = session.tts is not None or _is_realtime(session)
         self.audio_output.on_progress = self._text.progress
         self.audio_output.on_stall = self._playback_stalled
+        self.audio_output.on_cut_over = self._cut_over
         closed = asyncio.Event()
         handlers = self._subscribe(session, closed)
-        assert self.audio_output.sample_rate is not None
-        self.send(Ready(sample_rate=self.audio_output.sample_rate))
-        self.send(AgentStateMessage(state=session.agent_state))
-        self.send(UserStateMessage(state=session.user_state))
-        feed: _TimelineFeed | None = None
+        self._send_ready(session, resumed=False)
         try:
             if not await self._until_left(session.start(agent)):
                 return
             # Its first agent has entered (the state may say so a loop turn later).
             self._ready = True
-            if self.wants_timeline:
-                feed = _TimelineFeed(session, self.send)
+            link = self._link
+            if link is not None:
+                self._start_feed(session, link.wants_timeline)
             keys, self._keys = self._keys, []
             for digits in keys:
                 self.keypad(digits)
@@ -392,6 +356,9 @@ class Connection:
                 left.cancel()
                 ended.cancel()
         finally:
+            if self.resume is not None:
+                self.resume.forget(self)  # no resuming a session that is closing
+            self._stop_silence()
             try:
                 # aclose is bounded step by step; this bounds it as a whole, too.
                 limit = session.options.close_timeout * 4 + 1
@@ -402,8 +369,35 @@ class Connection:
             finally:
                 for name, handler in handlers:
                     session.off(name, handler)
-                if feed is not None:
-                    feed.stop()
+                if self._feed is not None:
+                    self._feed.stop()
+                    self._feed = None
+
+    def _send_ready(self, session: AgentSession[Any], *, resumed: bool) -> None:
+        """``ready`` (with a new resume token when resuming is on), then the states."""
+        assert self.audio_output.sample_rate is not None
+        token = self.resume.issue(self) if self.resume is not None else None
+        if token is None:
+            ready = Ready(sample_rate=self.audio_output.sample_rate)
+        else:
+            assert self.resume is not None
+            ready = Ready(
+                sample_rate=self.audio_output.sample_rate,
+                session_id=session.id,
+                resume_token=token,
+                resume_grace=self.resume.grace,
+                resumed=resumed,
+            )
+        self.send(ready)
+        self.send(AgentStateMessage(state=session.agent_state))
+        self.send(UserStateMessage(state=session.user_state))
+
+    def _start_feed(self, session: AgentSession[Any], wanted: bool) -> None:
+        if self._feed is not None:
+            self._feed.stop()
+            self._feed = None
+        if wanted and self._ready:
+            self._feed = TimelineFeed(session, self.send)
 
     async def _until_left(self, work: Awaitable[None]) -> bool:
         """Await ``work``; False (and ``work`` cancelled) if the client left first."""
@@ -447,6 +441,8 @@ class Connection:
                         role="agent", text=item.content, final=True, interrupted=item.interrupted
                     )
                 )
+                if self._cut is not None:
+                    self._cut.recorded(item)  # in this step: the rest is owed at once
             elif isinstance(item, FunctionCall):
                 send(ToolMessage(name=item.name, call_id=item.call_id, status="started"))
             elif isinstance(item, FunctionCallOutput):
@@ -511,78 +507,6 @@ class Connection:
             session.generate_reply(user_input=text)
         except RuntimeError as exc:  # closing, or not running any more
             self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=str(exc)))
-
-
-TIMELINE_POLL = 0.1
-"""Longest wait (s) before a new timeline entry goes to a client that asked for them."""
-
-
-class _TimelineFeed:
-    """Forwards the floor's timeline entries (``TIMELINE_KINDS``) to the client, ``t``
-    made relative to the session's start: those so far at once, then new ones on each
-    state change and at least every ``TIMELINE_POLL`` seconds. The timeline is a bounded
-    deque, so what was sent is tracked by the count of entries ever added."""
-
-    def __init__(self, session: AgentSession[Any], send: Callable[[ServerMessage], None]) -> None:
-        self._session = session
-        self._send = send
-        self._seen = 0
-        self._t0: float | None = None
-        self._loop = asyncio.get_running_loop()
-        self._soon: asyncio.Handle | None = None
-        self._handlers: list[tuple[Any, Any]] = [
-            ("agent_state_changed", self._changed),
-            ("user_state_changed", self._changed),
-        ]
-        for name, handler in self._handlers:
-            session.on(name, handler)
-        self.flush()
-        self._task = asyncio.ensure_future(self._poll())
-
-    def stop(self) -> None:
-        """Send what is left and stop (the session closed)."""
-        self._task.cancel()
-        if self._soon is not None:
-            self._soon.cancel()
-        for name, handler in self._handlers:
-            self._session.off(name, handler)
-        self.flush()
-
-    def _changed(self, _: Any) -> None:
-        # the entry is noted in the same step as the event, maybe after it: read it soon
-        if self._soon is None:
-            self._soon = self._loop.call_soon(self._flush_soon)
-
-    def _flush_soon(self) -> None:
-        self._soon = None
-        self.flush()
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(TIMELINE_POLL)
-            self.flush()
-
-    def flush(self) -> None:
-        try:
-            timeline = self._session.timeline
-            total = len(timeline) + timeline.dropped
-            new = total - self._seen
-            if new <= 0:
-                return
-            self._seen = total
-            entries = timeline.entries()
-            if self._t0 is None:
-                started = (e for e in entries if e["kind"] == "session")
-                first = next(started, entries[0] if entries else None)
-                self._t0 = float(first["t"]) if first is not None else self._loop.time()
-            for entry in entries[-new:] if new < len(entries) else entries:
-                if entry["kind"] not in TIMELINE_KINDS:
-                    continue
-                fields = json_safe({k: v for k, v in entry.items() if k != "t"})
-                t = round(float(entry["t"]) - self._t0, 3)
-                self._send(TimelineMessage(entry={"t": t, **fields}))
-        except Exception:  # a bad entry must not stop the call
-            logger.exception("sending the timeline failed")
 
 
 def _is_realtime(session: AgentSession[Any]) -> bool:

@@ -13,7 +13,8 @@ sockets; everything that decides something lives here or in the cores:
 - ``HttpAnswer``: a response as data (status, body, media type, headers), and the
   answers both hosts give: ``health_answer``, ``refused_answer``, ``metrics_answer``.
 - ``host_gate``, ``observed`` and ``close_session``: the ``SessionGate`` an application
-  admits through, and the entry point wrapped so ``/metrics`` watches its session.
+  admits through, and the entry point wrapped so ``/metrics`` watches its session;
+  ``resume_registry``: where an application's sessions wait for a client that dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .protocol import CloseCode
 
 if TYPE_CHECKING:
     from ..session import AgentSession
+    from .resume import ResumeRegistry
     from .server_metrics import ServerMetrics
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "metrics_answer",
     "observed",
     "refused_answer",
+    "resume_registry",
     "run_socket",
     "write_frames",
 ]
@@ -263,6 +266,16 @@ def host_gate(
     if gate.close is None:
         gate.close = close_session
     return gate
+
+
+def resume_registry(grace: float) -> ResumeRegistry | None:
+    """The registry an application's sessions wait in after their client dropped, for
+    ``grace`` seconds (0: none, resuming is off)."""
+    if grace == 0:
+        return None
+    from .resume import ResumeRegistry
+
+    return ResumeRegistry(grace)
 
 
 def observed(entrypoint: Entrypoint, metrics: ServerMetrics) -> Entrypoint:

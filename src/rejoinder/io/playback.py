@@ -28,6 +28,14 @@ The server never waits on a client forever (a client is code someone else wrote)
   it would have played out). ``on_stall`` tells the transport once per stall; the first
   report that comes back ends the estimate.
 
+A client that drops and comes back (a resumed session, ``rejoinder.io.resume``): ``detach``
+ends every segment the client held, interrupted where its last report left it (what it
+had not reported hearing was not heard), and drops the rest of the audio of the speech
+that was playing. What is captured afterwards is held, never sent and never started (no
+``speaking`` while nobody listens), up to ``MAX_HELD`` seconds (then the producer waits).
+``attach`` hands the held audio to the next client, whose reports count from its own
+zero.
+
 Framework-free: both the WebSocket and the WebRTC transports use it, each with its own
 ``send_audio`` (a socket frame, a paced media track) and ``send_clear``.
 """
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -53,6 +62,10 @@ STALL_GRACE = 1.5
 """Seconds past the end of the outstanding audio (at the real-time pace from the last
 report) that a client may stay silent before its playback is estimated. Over a second:
 a browser throttles a background tab's timers to once a second."""
+
+MAX_HELD = 60.0
+"""Seconds of agent audio held for a client that is away (a detached session) before the
+speech producing it is made to wait for the client's return."""
 
 
 @dataclass(slots=True)
@@ -123,6 +136,22 @@ class ReportedPlayback(AudioOutput):
         """While estimating: when everything sent will have played out."""
         self._epoch_first_sent: float | None = None
         """When the first audio after an unconfirmed clear was sent."""
+        self._detached = False
+        """No client (it dropped and may come back): audio is held, nothing is heard."""
+        self._held: deque[AudioFrame] = deque()
+        """Captured audio not handed to a client yet (while detached, and until the next
+        client has been given all of it)."""
+        self._held_samples = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._handing: asyncio.Task[None] | None = None
+        """Gives the held audio to the client that took over."""
+        self._dropping: Callable[[PlaybackFinished], None] | None = None
+        """The listener of the speech cut by a detach: the rest of its audio is dropped
+        (until its segment ends or another speech takes the output)."""
+        self.on_cut_over: Callable[[bool], None] | None = None
+        """Called once the speech a detach cut has no more audio to give: True when its
+        audio ended (all of its text was produced), False when it was stopped."""
 
     # ---------------------------------------------------------------- reading
 
@@ -146,6 +175,17 @@ class ReportedPlayback(AudioOutput):
         """Some captured audio is not reported played yet."""
         return bool(self._segments)
 
+    @property
+    def detached(self) -> bool:
+        """No client is connected: audio is held for the next one."""
+        return self._detached
+
+    @property
+    def held_seconds(self) -> float:
+        """Audio waiting for a client."""
+        assert self.sample_rate is not None
+        return self._held_samples / self.sample_rate
+
     # --------------------------------------------------------- AudioOutput
 
     async def capture_frame(self, frame: AudioFrame) -> None:
@@ -155,6 +195,10 @@ class ReportedPlayback(AudioOutput):
             raise ValueError("the client protocol carries mono audio")
         if self._closed:
             return  # the client is gone: nothing can be heard
+        if self._dropping is not None:
+            if self._on_finished == self._dropping:
+                return  # the rest of a speech cut when its client dropped
+            self._cut_over(ended=False)  # another speech: that one stopped without a word
         now = _now()
         if not self._segments:
             # Audio after a pause: the client's pace is counted from now.
@@ -177,13 +221,22 @@ class ReportedPlayback(AudioOutput):
         self.total_sent += samples
         segment.end = self._sent
         self._last_capture = now
+        if self._detached:
+            await self._hold(frame)
+            return
         if self._estimate is not None:
             self._pace_estimate(now, samples)
         else:
             self._watch_stall()
+        if self._held or self._handing is not None:
+            await self._hold(frame)  # behind the audio held for this client
+            return
         await self._send_audio(frame)
 
     def flush(self) -> None:
+        if self._dropping is not None:
+            self._cut_over(ended=True)  # the cut speech's end: nothing of the rest plays
+            return
         if self._segments and not self._segments[-1].flushed:
             segment = self._segments[-1]
             segment.flushed = True
@@ -192,8 +245,16 @@ class ReportedPlayback(AudioOutput):
             self._advance()
 
     def clear_buffer(self) -> None:
+        if self._dropping is not None:
+            self._cut_over(ended=False)
+        self._drop_held()
         if not self._segments:
             return  # everything sent was reported played: the client holds nothing
+        if self._detached:
+            # Nothing of it was sent or heard: no client to tell, no report to wait for.
+            self._segments = []
+            self._sent = 0
+            return
         segments, self._segments = self._segments, []
         position = self._position()
         self._pending_clears += 1
@@ -249,6 +310,12 @@ class ReportedPlayback(AudioOutput):
         """The client is gone: every open segment ends now, interrupted, where the last
         report left it. Later frames are dropped."""
         self._closed = True
+        if self._dropping is not None:
+            self._cut_over(ended=False)
+        self._drop_held()
+        if self._handing is not None:
+            self._handing.cancel()
+            self._handing = None
         self._cancel_stall()
         position = self._position()
         segments, self._segments = self._segments, []
@@ -256,6 +323,110 @@ class ReportedPlayback(AudioOutput):
             if segment.started:
                 heard = 0 if position is None else min(segment.end, position) - segment.start
                 self._finish(segment, max(0, heard), interrupted=True)
+
+    # ----------------------------------------------- a client away, then back
+
+    @property
+    def cutting(self) -> bool:
+        """The speech a detach cut is still producing audio (dropped): ``on_cut_over``
+        is still to come."""
+        return self._dropping is not None
+
+    def detach(self) -> int | None:
+        """The client dropped (it may come back): every segment it held ends now,
+        interrupted where its last report left it (a segment it never reported starting
+        was not heard at all), and the rest of the audio of the speech still being
+        captured is dropped (``cutting``). What is captured from now on is held for the
+        next client. Returns the samples of the cut speech that were heard, or None when
+        nothing was playing or waiting to play."""
+        if self._closed or self._detached:
+            return None
+        self._detached = True
+        self._cancel_stall()
+        if self._handing is not None:
+            self._handing.cancel()
+            self._handing = None
+        self._drop_held()
+        position = self._position()
+        segments, self._segments = self._segments, []
+        if segments and not segments[-1].flushed:
+            self._dropping = segments[-1].on_finished
+        # The next client's count starts at its own zero, and so does this epoch.
+        self._sent = 0
+        self._base = 0
+        self._played = 0
+        self._pending_clears = 0
+        self._cleared_at = None
+        self._estimate = None
+        self._epoch_first_sent = None
+        self._last_progress = None
+        total = 0
+        for segment in segments:
+            heard = 0
+            if segment.started and position is not None:
+                heard = max(0, min(segment.end, position) - segment.start)
+            total += heard
+            self._finish(segment, heard, interrupted=True)
+        return total if segments else None
+
+    def _cut_over(self, *, ended: bool) -> None:
+        self._dropping = None
+        if self.on_cut_over is not None:
+            try:
+                self.on_cut_over(ended)
+            except Exception:
+                logger.exception("the cut-over callback failed")
+
+    def attach(
+        self,
+        send_audio: Callable[[AudioFrame], Awaitable[None]],
+        send_clear: Callable[[], None],
+    ) -> None:
+        """A client took over (a resumed session): the audio held meanwhile goes to it,
+        and its ``played`` reports count from its own zero."""
+        if self._closed:
+            return
+        self._send_audio = send_audio
+        self._send_clear = send_clear
+        self._detached = False
+        now = _now()
+        self._anchor = (now, 0)
+        self._last_capture = now
+        if self._held:
+            self._handing = asyncio.get_running_loop().create_task(
+                self._hand_over_held(), name="rejoinder-held-audio"
+            )
+        self._watch_stall()
+
+    async def _hold(self, frame: AudioFrame) -> None:
+        self._held.append(frame)
+        self._held_samples += frame.samples_per_channel
+        if self._held_samples >= self._held_limit():
+            self._room.clear()
+            await self._room.wait()  # the client's return, a clear or the close
+
+    async def _hand_over_held(self) -> None:
+        """Send the held audio, in order, to the client that took over (frames captured
+        meanwhile queue behind it)."""
+        try:
+            while self._held and not self._detached and not self._closed:
+                frame = self._held.popleft()
+                self._held_samples -= frame.samples_per_channel
+                if not self._room.is_set() and self._held_samples < self._held_limit():
+                    self._room.set()
+                await self._send_audio(frame)
+        finally:
+            if asyncio.current_task() is self._handing:
+                self._handing = None
+
+    def _held_limit(self) -> float:
+        assert self.sample_rate is not None
+        return MAX_HELD * self.sample_rate
+
+    def _drop_held(self) -> None:
+        self._held.clear()
+        self._held_samples = 0
+        self._room.set()
 
     # -------------------------------------------------------------- internal
 
@@ -296,7 +467,7 @@ class ReportedPlayback(AudioOutput):
         kept: it checks again when it fires, instead of being re-armed on every frame."""
         if self.stall_grace is None or self._estimate is not None:
             return
-        if not self._segments or self._closed:
+        if not self._segments or self._closed or self._detached:
             return
         due = self._stall_due()
         if self._stall_timer is not None:
@@ -307,7 +478,7 @@ class ReportedPlayback(AudioOutput):
 
     def _stalled(self) -> None:
         self._stall_timer = None
-        if not self._segments or self._closed or self._estimate is not None:
+        if not self._segments or self._closed or self._detached or self._estimate is not None:
             return
         if _now() < self._stall_due():
             self._watch_stall()  # heard from since it was armed: not yet

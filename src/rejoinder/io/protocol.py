@@ -87,6 +87,8 @@ class CloseCode(IntEnum):
     RESUME_FAILED = 4004
     """``start`` asked to resume a session that is gone (unknown or expired token, or
     resuming is off): start a new session."""
+    RESUMED = 4005
+    """Another connection resumed this session (with its token): this one is replaced."""
 
 
 class ErrorCode:

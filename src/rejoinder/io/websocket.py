@@ -11,6 +11,13 @@ One client's junk never reaches another: every failure is confined to its own pe
 is answered with an ``error`` event (recoverable mistakes) or an ``error`` event and a
 close code (``CloseCode``: non-JSON text 1007, oversize frames 1009, audio before
 ``start`` 1003, an invalid ``start`` 1008).
+
+Resuming (with a ``ResumeRegistry``): a socket that ends without the client's close 1000
+(a dropped network, a ping timeout) detaches its session instead of ending it; a
+``start`` with ``resume`` takes a waiting (or still attached) session over, or is refused
+with ``resume_failed`` and close 4004. The entry point runs in a task of its own, which
+outlives the socket that started it; each socket waits for it, or for the moment it stops
+carrying the session.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from ..models.audio import AudioFrame
-from .connection import Connection, Entrypoint, PushAudioInput
+from .connection import Connection, Entrypoint
 from .hosting import SocketBinding, run_socket
+from .link import ClientLink
 from .mic_clock import MIC_BATCH_INTERVAL
+from .microphone import PushAudioInput
 from .outbox import CloseRequest, Outbox
 from .playback import ReportedPlayback
 from .protocol import (
@@ -41,6 +50,7 @@ from .protocol import (
     encode,
     parse_client_message,
 )
+from .resume import ResumeRegistry
 from .socket_loop import AiohttpFrames
 
 __all__ = [
@@ -80,7 +90,10 @@ class WebSocketOptions:
 
 
 class WebSocketPeer:
-    """One client of the WebSocket transport, without the socket."""
+    """One client of the WebSocket transport, without the socket.
+
+    ``resume``: where sessions wait for their client after a drop (None: a socket that
+    ends, ends its session, and ``start.resume`` is refused)."""
 
     def __init__(
         self,
@@ -88,6 +101,7 @@ class WebSocketPeer:
         *,
         remote: str | None = None,
         query: Mapping[str, str] | None = None,
+        resume: ResumeRegistry | None = None,
     ) -> None:
         self.options = options or WebSocketOptions()
         self.outbox = Outbox(
@@ -95,8 +109,13 @@ class WebSocketPeer:
             max_audio_bytes=self.options.max_queued_audio_bytes,
         )
         self.connection: Connection | None = None
+        self.link: ClientLink | None = None
+        """This socket's link to its session (after ``start``)."""
+        self.resumed = False
+        """Its ``start`` resumed a session that an earlier connection began."""
         self._remote = remote
         self._query = dict(query or {})
+        self._resume = resume
         self._overrun_reported = False
 
     # ------------------------------------------------------------ sending
@@ -127,8 +146,10 @@ class WebSocketPeer:
             else:
                 self.send(ErrorMessage(code=exc.code, message=exc.message))
             return None
-        if self.connection is not None:
-            self.connection.receive(message)
+        if self.link is not None:
+            self.link.receive(message)
+            return None
+        if self.connection is not None:  # refused a resume: nothing reaches a session
             return None
         if not isinstance(message, Start):
             self.send(
@@ -143,15 +164,15 @@ class WebSocketPeer:
         """A binary frame: microphone audio."""
         if self.outbox.closing:
             return
-        conn = self.connection
-        if conn is None:
+        link = self.link
+        if link is None:
             self.fail(
                 CloseCode.UNSUPPORTED_DATA,
                 ErrorCode.NOT_STARTED,
                 "binary audio before start (send start with the sample rate first)",
             )
             return
-        if not conn.audio_input.push_pcm(data) and not self._overrun_reported:
+        if not link.push_pcm(data) and not self._overrun_reported:
             self._overrun_reported = True  # once: the client cannot do much about it
             self.send(
                 ErrorMessage(
@@ -160,10 +181,19 @@ class WebSocketPeer:
                 )
             )
 
-    def client_left(self) -> None:
+    def client_left(self, *, goodbye: bool = True) -> None:
+        """The socket is done. ``goodbye``: the client closed it with 1000 (or the host
+        cannot tell): the session ends. Otherwise (a drop) the session is detached for
+        its client to resume, when resuming is on, unless the server was closing it."""
+        server_closing = self.outbox.closing
         self.outbox.close(CloseCode.NORMAL, "client left")
-        if self.connection is not None:
-            self.connection.client_left()
+        link = self.link
+        if link is None:
+            return
+        if goodbye or server_closing:
+            link.goodbye()
+        else:
+            link.lost("the connection was lost")
 
     # ---------------------------------------------------------- internal
 
@@ -175,7 +205,33 @@ class WebSocketPeer:
                 f"this server speaks protocol {PROTOCOL_VERSION}, not {message.protocol}",
             )
             return None
+        if message.resume is not None:
+            return self._resumed(message, message.resume)
         return self._started(message)
+
+    def _resumed(self, message: Start, token: str) -> Connection | None:
+        registry = self._resume
+        conn = registry.claim(token) if registry is not None else None
+        link = ClientLink(
+            "websocket",
+            self.send,
+            send_audio=self._send_audio,
+            send_clear=self._send_clear,
+            wants_timeline=message.timeline,
+            mic_rate=message.sample_rate,
+        )
+        if conn is None or not conn.attach(link):
+            why = (
+                "this server does not resume sessions"
+                if registry is None
+                else "no session to resume with this token (unknown, used or expired)"
+            )
+            self.fail(CloseCode.RESUME_FAILED, ErrorCode.RESUME_FAILED, f"{why}: start anew")
+            return None
+        self.connection = conn
+        self.link = link
+        self.resumed = True
+        return conn
 
     def _started(self, message: Start) -> Connection:
         playback = ReportedPlayback(
@@ -194,7 +250,9 @@ class WebSocketPeer:
             query=self._query,
             match_tts_rate=self.options.match_tts_rate,
             wants_timeline=message.timeline,
+            resume=self._resume,
         )
+        self.link = self.connection.link
         return self.connection
 
     async def _send_audio(self, frame: AudioFrame) -> None:
@@ -225,8 +283,10 @@ def websocket_handler(
     options: WebSocketOptions | None = None,
     *,
     run: Runner | None = None,
+    resume: ResumeRegistry | None = None,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The aiohttp handler for ``GET /ws``: one ``WebSocketPeer`` per request."""
+    """The aiohttp handler for ``GET /ws``: one ``WebSocketPeer`` per request.
+    ``resume``: where sessions wait for their client after a drop (None: resuming off)."""
     opts = options or WebSocketOptions()
     runner = run or _call
 
@@ -236,7 +296,15 @@ def websocket_handler(
         )
         await ws.prepare(request)
         _, binding = client_socket(
-            entrypoint, opts, runner, remote=request.remote, query=dict(request.query)
+            entrypoint,
+            opts,
+            runner,
+            remote=request.remote,
+            query=dict(request.query),
+            resume=resume,
+            # aiohttp keeps the code of the client's close frame; a dropped connection
+            # (reset, ping timeout, the handler cancelled) leaves another code or none.
+            goodbye=lambda: ws.close_code == CloseCode.NORMAL,
         )
         await run_socket(AiohttpFrames(ws, "ws"), binding)
         return ws
@@ -251,14 +319,21 @@ def client_socket(
     *,
     remote: str | None,
     query: dict[str, str],
+    resume: ResumeRegistry | None = None,
+    goodbye: Callable[[], bool] | None = None,
 ) -> tuple[WebSocketPeer, SocketBinding]:
     """One protocol v1 client, as either host plugs it into the socket loop: its peer,
-    and what the loop does with its frames, its start and its leaving."""
-    peer = WebSocketPeer(opts, remote=remote, query=query)
+    and what the loop does with its frames, its start and its leaving. ``goodbye``: did
+    the client close the socket itself, with 1000 (asked when the socket is done; None:
+    every end is a goodbye, and no session is ever detached)."""
+    peer = WebSocketPeer(opts, remote=remote, query=query, resume=resume)
 
     def no_start() -> None:
         if peer.connection is None:
             peer.fail(CloseCode.START_TIMEOUT, ErrorCode.START_TIMEOUT, "no start message")
+
+    def left() -> None:
+        peer.client_left(goodbye=goodbye is None or goodbye())
 
     binding = SocketBinding(
         outbox=peer.outbox,
@@ -266,7 +341,7 @@ def client_socket(
         receive_bytes=peer.receive_bytes,
         run_agent=lambda conn: run_client_agent(runner, entrypoint, conn, peer),
         no_start=no_start,
-        left=peer.client_left,
+        left=left,
         start_timeout=opts.start_timeout,
         close_timeout=opts.close_timeout,
         name="ws",
@@ -277,12 +352,44 @@ def client_socket(
 async def run_client_agent(
     runner: Runner, entrypoint: Entrypoint, conn: Connection, peer: WebSocketPeer
 ) -> None:
+    """Run the entry point for ``conn`` (unless an earlier connection did: a resumed
+    session's), until it returns or this socket stops carrying the session; then close
+    the socket as the session ended (1000, or 1011 when the entry point failed)."""
+    link = peer.link
+    assert link is not None
+    entry = conn.entry
+    if entry is None:
+        conn.entry = entry = asyncio.ensure_future(_entry(runner, entrypoint, conn))
+        entry.add_done_callback(_seen)
+    try:
+        returned = await link.until_over(entry)
+    except asyncio.CancelledError:
+        if link.current:  # the socket's close timeout: this session's entry point is stuck
+            entry.cancel()
+        raise
+    if not returned:  # the session goes on without this socket
+        if link.why_over == "replaced":
+            peer.outbox.close(CloseCode.RESUMED, "the session was resumed by another connection")
+        return
+    exc = None if entry.cancelled() else entry.exception()
+    if exc is not None:
+        peer.fail(CloseCode.INTERNAL_ERROR, ErrorCode.INTERNAL, f"the agent failed: {exc!r}"[:300])
+        return
+    peer.outbox.close(CloseCode.NORMAL, "session ended")
+
+
+async def _entry(runner: Runner, entrypoint: Entrypoint, conn: Connection) -> None:
+    """The entry point's call, in a task of its own (it may outlive the first socket)."""
     try:
         await runner(entrypoint, conn)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except Exception:
         logger.exception("the entry point failed for %s", conn.id)
-        peer.fail(CloseCode.INTERNAL_ERROR, ErrorCode.INTERNAL, f"the agent failed: {exc!r}"[:300])
-        return
-    peer.outbox.close(CloseCode.NORMAL, "session ended")
+        raise
+
+
+def _seen(entry: asyncio.Future[None]) -> None:
+    """The entry point's failure was logged; the socket that waits for it says so."""
+    if not entry.cancelled():
+        entry.exception()

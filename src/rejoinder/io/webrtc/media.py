@@ -38,8 +38,8 @@ import numpy as np
 
 from ...models.audio import PCM16, AudioFrame
 from ...models.audio_utils import Resampler
-from ..connection import PushAudioInput
 from ..mic_clock import mic_clock
+from ..microphone import PushAudioInput
 from . import _deps
 
 _deps.require()
@@ -159,6 +159,15 @@ class MicrophoneDecoder:
         self._stopped = threading.Event()
         self.last_frame: float | None = None
         """The loop's time when the last frame arrived."""
+        self.pushing = True
+        """Decoded audio goes into ``into`` (False: a peer that does not carry its
+        session, yet or any more; its frames still keep the track alive)."""
+
+    def stop_pushing(self) -> None:
+        self.pushing = False
+
+    def start_pushing(self) -> None:
+        self.pushing = True
 
     def put(self, item: tuple[Any, Any] | None) -> None:
         """From aiortc, on the loop: a codec and an encoded frame, or None to stop."""
@@ -181,6 +190,8 @@ class MicrophoneDecoder:
 
     def _hand_over(self) -> None:
         pending, self._pending = self._pending, []
+        if not self.pushing:
+            return
         for codec, encoded in pending:
             if codec.name != self._codec:
                 self._decoder = get_decoder(codec)

@@ -8,7 +8,13 @@ the entry point receives, runs it, and closes everything when either side is don
 
 The peer counts as gone, and the entry point's ``Connection`` is told so, when the
 connection state becomes ``failed`` or ``closed``, when the data channel closes, or when
-the microphone track ends or stays silent past ``media_idle_timeout``.
+the microphone track ends or stays silent past ``media_idle_timeout``. With resuming on
+(a ``ResumeRegistry``) that is a drop, not a goodbye: the session is detached, this
+peer's media close, and the session waits for its client. ``WebRTCPeer.resume`` is the
+peer of an offer that named the session's token (``?resume=``): once connected it takes
+the session over (``Connection.attach``). A WebRTC peer has no goodbye of its own; a
+client that wants its session to end at once closes its data channel after sending
+nothing more, or simply lets the grace run out.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from ...models.audio import AudioFrame
 
 if TYPE_CHECKING:
     from ...session import AgentSession
-from ..connection import Connection, Entrypoint, PushAudioInput
+    from ..resume import ResumeRegistry
+from ..connection import Connection, Entrypoint
+from ..link import ClientLink
+from ..microphone import PushAudioInput
 from ..playback import ReportedPlayback
-from ..protocol import Clear, ClientMessage, Played, ServerMessage
+from ..protocol import Clear, ClientMessage, ErrorCode, ErrorMessage, Played, ServerMessage
 from . import _deps
 from ._ice import offering, rtc_ice_servers
 from .datachannel import ClientChannel
@@ -88,6 +97,8 @@ class WebRTCPeer:
         *,
         remote: str | None = None,
         query: Mapping[str, str] | None = None,
+        resume: ResumeRegistry | None = None,
+        resuming: Connection | None = None,
     ) -> None:
         self.options = options
         self.remote = remote
@@ -96,11 +107,21 @@ class WebRTCPeer:
             RTCConfiguration(iceServers=rtc_ice_servers(options.ice_servers))
         )
         self.track = AgentTrack(max_queued=options.max_queued_audio)
-        self.microphone = PushAudioInput(
-            options.input_sample_rate, batch_interval=options.mic_batch_interval
+        # A resumed session keeps its microphone: this peer's audio is resampled to it.
+        self.microphone = (
+            resuming.audio_input
+            if resuming is not None
+            else PushAudioInput(
+                options.input_sample_rate, batch_interval=options.mic_batch_interval
+            )
         )
-        self.connection: Connection | None = None
-        self._link: ClientChannel | None = None
+        self.connection: Connection | None = resuming
+        self.link: ClientLink | None = None
+        """This peer's link to its session (once its data channel is open)."""
+        self._resume = resume
+        self._agent_rate: int | None = None
+        """The session's output rate, when it is not the track's (a resumed session)."""
+        self._data: ClientChannel | None = None
         self.gone = asyncio.Event()
         """Set once the peer is gone (or closed by us)."""
         self.why_gone = ""
@@ -184,7 +205,9 @@ class WebRTCPeer:
         sessions) and tear the peer down when either side is done.
 
         The ``Connection`` exists (and ``runner`` is entered) at once, before the peer has
-        connected, so a place admitted for the offer is held while it connects."""
+        connected, so a place admitted for the offer is held while it connects. A session
+        whose peer dropped (resuming on) goes on after this peer closed: this task, which
+        holds the entry point's call, ends with the session."""
         playback = ReportedPlayback(TRACK_RATE, self._send_audio, self._send_clear)
         self.connection = conn = Connection(
             transport="webrtc",
@@ -194,14 +217,59 @@ class WebRTCPeer:
             remote=self.remote,
             query=self.query,
             # no start message here: the offer's URL asks for timeline messages
-            wants_timeline=self.query.get("timeline", "").lower() in ("1", "true", "yes"),
+            wants_timeline=self._wants_timeline(),
+            resume=self._resume,
         )
+        self.link = conn.link
         conn.session_observers.append(self._session_started)
         try:
             await (runner or _call)(self._serve(entrypoint), conn)
         finally:
-            conn.client_left()
+            conn.client_left()  # its entry point returned (or was cancelled): it is over
             await self.close()
+
+    async def resume(self, conn: Connection, token: str, registry: ResumeRegistry) -> None:
+        """Take ``conn``'s session over once this peer is connected (its offer named
+        ``token``), carry it until the peer goes or the session ends, then close the peer
+        (not the session). If the peer never connects, the token works again."""
+        try:
+            try:
+                channel = await self._until_ready()
+            except PeerGone as exc:
+                logger.info("WebRTC peer %s (resuming): %s", self.remote, exc)
+                registry.unclaim(token)
+                return
+            self._data = ClientChannel(
+                channel, self._received, max_buffered=self.options.max_buffered_bytes
+            )
+            self.link = link = ClientLink(
+                "webrtc",
+                self._send_message,
+                send_audio=self._send_audio,
+                send_clear=self._send_clear,
+                wants_timeline=self._wants_timeline(),
+            )
+            self._agent_rate = conn.audio_output.sample_rate  # the track resamples to 48 kHz
+            if not conn.attach(link):
+                registry.unclaim(token)
+                self._data.send(
+                    ErrorMessage(
+                        code=ErrorCode.RESUME_FAILED,
+                        message="the session ended before this connection took it over: start anew",
+                    )
+                )
+                return
+            if self.camera is not None and conn.session is not None:
+                self.camera.attach(conn.session)
+            if self._decoder is not None:
+                self._decoder.start_pushing()
+            self._watch_media(self._data)
+            await self._carry(conn, link, conn.entry)
+        finally:
+            await self.close(end_session=False)
+
+    def _wants_timeline(self) -> bool:
+        return self.query.get("timeline", "").lower() in ("1", "true", "yes")
 
     def _session_started(self, session: AgentSession[Any]) -> None:
         if self.camera is not None:
@@ -214,35 +282,44 @@ class WebRTCPeer:
             except PeerGone as exc:
                 logger.info("WebRTC peer %s: %s", self.remote, exc)
                 return
-            self._link = link = ClientChannel(
+            self._data = ClientChannel(
                 channel, self._received, max_buffered=self.options.max_buffered_bytes
             )
-            self._watch(self._wait_set(link.closed), "the data channel closed")
-            if self._audio_sender is not None:
-                self._spawn(self._count_losses(self._audio_sender))
-            track, idle = self._remote_track, self.options.media_idle_timeout
-            if track is not None and self._decoder is not None:
-                self._watch(
-                    watch_microphone(track, self._decoder, idle_timeout=idle),
-                    "the microphone track ended",
-                )
-            elif track is not None:
-                self._watch(
-                    forward_microphone(track, self.microphone, idle_timeout=idle),
-                    "the microphone track ended",
-                )
+            self._watch_media(self._data)
             await self._run_entrypoint(entrypoint, conn)
 
         return serve
 
+    def _watch_media(self, data: ClientChannel) -> None:
+        """The peer is gone when its data channel closes or its microphone stops."""
+        self._watch(self._wait_set(data.closed), "the data channel closed")
+        if self._audio_sender is not None:
+            self._spawn(self._count_losses(self._audio_sender))
+        track, idle = self._remote_track, self.options.media_idle_timeout
+        if track is not None and self._decoder is not None:
+            self._watch(
+                watch_microphone(track, self._decoder, idle_timeout=idle),
+                "the microphone track ended",
+            )
+        elif track is not None:
+            self._watch(
+                forward_microphone(track, self.microphone, idle_timeout=idle),
+                "the microphone track ended",
+            )
+
     async def _run_entrypoint(self, entrypoint: Entrypoint, conn: Connection) -> None:
         entry = asyncio.ensure_future(entrypoint(conn))
-        gone = asyncio.ensure_future(self.gone.wait())
+        conn.entry = entry
         try:
-            await asyncio.wait((entry, gone), return_when=asyncio.FIRST_COMPLETED)
+            link = self.link
+            assert link is not None
+            await self._carry(conn, link, entry)
             if not entry.done():
-                logger.info("WebRTC peer %s left: %s", self.remote, self.why_gone)
-                conn.client_left()
+                # This peer is closed; the session goes on (waiting for its client, or
+                # carried by another connection) until its client is gone for good.
+                await self.close(end_session=False)
+                await _first(entry, conn.wait_left())
+            if not entry.done():
                 await asyncio.wait((entry,), timeout=self.options.leave_timeout)
                 if not entry.done():
                     logger.warning(
@@ -250,23 +327,50 @@ class WebRTCPeer:
                         self.options.leave_timeout,
                     )
         finally:
-            gone.cancel()
             if not entry.done():
                 entry.cancel()
                 await asyncio.wait((entry,), timeout=CLOSE_GRACE)
         if entry.done() and not entry.cancelled():
             entry.result()  # the entry point's failure is the runner's to see
 
-    async def close(self) -> None:
-        """Close the peer connection and stop every task of this peer (idempotent)."""
+    async def _carry(
+        self, conn: Connection, link: ClientLink, entry: asyncio.Future[None] | None
+    ) -> None:
+        """Carry the session until its entry point returns, this peer goes (the session
+        is detached, or ends when it cannot be resumed) or another connection takes it
+        over."""
+        ended = entry if entry is not None else asyncio.ensure_future(conn.wait_left())
+        gone = asyncio.ensure_future(self.gone.wait())
+        over = asyncio.ensure_future(link.over.wait())
+        try:
+            await asyncio.wait((ended, gone, over), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            over.cancel()
+            if entry is None:
+                ended.cancel()
+        if self.gone.is_set() and link.current and not ended.done():
+            logger.info("WebRTC peer %s left: %s", self.remote, self.why_gone)
+            link.lost(self.why_gone)
+
+    async def close(self, *, end_session: bool = True) -> None:
+        """Close the peer connection and stop every task of this peer (idempotent).
+        ``end_session``: the session this peer carries ends too (not one that another
+        connection took over, nor, when False, one that waits to be resumed)."""
         if self._closed:
             return
         self._closed = True
         self._leave("closed by the server")
         self.track.stop()
-        self.microphone.close()
-        if self.connection is not None:
-            self.connection.client_left()
+        if self._decoder is not None:
+            self._decoder.stop_pushing()  # the session's microphone is not this peer's
+        if self.camera is not None:
+            self.camera.detach()
+        conn = self.connection
+        if conn is None:
+            self.microphone.close()
+        elif end_session and (self.link is None or self.link.current):
+            conn.client_left()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -334,23 +438,32 @@ class WebRTCPeer:
         """A barge-in: drop the queued audio now. The client cannot drop what is in
         flight, so the server says where the next audio will start, as the client's
         ``cleared`` report would: at the agent samples that went out."""
-        sent = self.track.clear()
+        sent = self._agent_samples(self.track.clear())
         conn = self.connection
         if conn is None:
             return
-        conn.send(Clear())
-        asyncio.get_running_loop().call_soon(
-            lambda: conn.audio_output.on_played(sent, cleared=True)
-        )
+        self._send_message(Clear())
+        playback = conn.audio_output
+        asyncio.get_running_loop().call_soon(lambda: playback.on_played(sent, cleared=True))
+
+    def _agent_samples(self, track_samples: int) -> int:
+        """Samples at the track's rate as samples at the session's output rate (they
+        differ for a session that began on another transport and resumed here)."""
+        rate = self._agent_rate
+        if rate is None or rate == TRACK_RATE:
+            return track_samples
+        return round(track_samples * rate / TRACK_RATE)
 
     def _send_message(self, message: ServerMessage) -> None:
-        if self._link is not None:
-            self._link.send(message)
+        if self._data is not None:
+            self._data.send(message)
 
     def _received(self, message: ClientMessage) -> None:
         conn = self.connection
         if conn is None:
             return
+        if self.link is not None and not self.link.current:
+            return  # another connection carries the session now
         if isinstance(message, Played):
             # The client counts the track samples it played from packets it received
             # (silence included): add those lost on the way, which it never played but the
@@ -358,7 +471,7 @@ class WebRTCPeer:
             # went out before it. Its ``cleared`` flag is not used: the server re-bases
             # at the clear itself (see _send_clear).
             position = message.samples + self._lost_packets * FRAME_SAMPLES
-            message = Played(samples=self.track.agent_played(position))
+            message = Played(samples=self._agent_samples(self.track.agent_played(position)))
         conn.receive(message)
 
     async def _count_losses(self, sender: RTCRtpSender) -> None:
@@ -394,6 +507,9 @@ class WebRTCPeer:
                 if not shorten_receive_buffer(receiver):
                     logger.warning("aiortc's receive buffer was not found; the mic is 60 ms late")
                 self._decoder = decode_into(receiver, self.microphone)
+                if self._decoder is not None and self.link is None and self.connection is not None:
+                    # Resuming: the session's microphone hears this peer once it took over.
+                    self._decoder.stop_pushing()
                 if self._decoder is None:
                     logger.info("aiortc's decoder queue was not found; it decodes in its thread")
 
@@ -424,3 +540,12 @@ class WebRTCPeer:
     @staticmethod
     async def _wait_set(event: asyncio.Event) -> None:
         await event.wait()
+
+
+async def _first(future: asyncio.Future[None], work: Awaitable[None]) -> None:
+    """Wait for ``future`` or ``work``, whichever ends first (``work`` is cancelled)."""
+    other = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait((future, other), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        other.cancel()

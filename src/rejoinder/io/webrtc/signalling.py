@@ -10,6 +10,11 @@ signalling.
 ``WebRTCServer`` owns the peers its offers created: each runs as a task of its own after
 the answer went out, and ``aclose()`` closes them all. ``add_webrtc_routes(app, ...)``
 mounts the route and closes the peers when the application shuts down.
+
+Resuming (with a ``ResumeRegistry``): an offer to ``/api/offer?resume=TOKEN`` is the
+client of a session that dropped coming back; its peer takes the session over once it is
+connected. An unknown, used or expired token gets HTTP 410, a token another offer is
+still connecting with 409, both with ``{"error": ..., "code": "resume_failed"}``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 from aiohttp import web
 
 from ..connection import Entrypoint
+from ..protocol import ErrorCode
+from ..resume import ResumeRegistry
 from . import _deps
 from .options import WebRTCOptions
 
@@ -34,8 +41,9 @@ logger = logging.getLogger("rejoinder.io.webrtc")
 OFFER_PATH = "/api/offer"
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, code: str | None = None) -> web.Response:
+    body = {"error": message} if code is None else {"error": message, "code": code}
+    return web.json_response(body, status=status)
 
 
 def _parse_offer(body: bytes) -> str:
@@ -63,10 +71,13 @@ class WebRTCServer:
         options: WebRTCOptions | None = None,
         *,
         run: Runner | None = None,
+        resume: ResumeRegistry | None = None,
     ) -> None:
         self.entrypoint = entrypoint
         self.options = options or WebRTCOptions()
         self._run = run
+        self.resume = resume
+        """Where sessions wait for their client after a drop (None: resuming off)."""
         self._peers: dict[WebRTCPeer, asyncio.Task[None]] = {}
         self.closing = False
 
@@ -97,27 +108,55 @@ class WebRTCServer:
             sdp = _parse_offer(body)
         except ValueError as exc:
             return _error(400, str(exc))
-        peer = WebRTCPeer(self.options, remote=request.remote, query=dict(request.query))
+        query = dict(request.query)
+        token = query.pop("resume", None)
+        conn = None
+        if token is not None:
+            registry = self.resume
+            if registry is not None and registry.busy(token):
+                return _error(
+                    409, "another offer is resuming this session", ErrorCode.RESUME_FAILED
+                )
+            conn = registry.claim(token) if registry is not None else None
+            if conn is None:
+                why = (
+                    "this server does not resume sessions"
+                    if registry is None
+                    else "no session to resume with this token (unknown, used or expired)"
+                )
+                return _error(410, f"{why}: start anew", ErrorCode.RESUME_FAILED)
+        peer = WebRTCPeer(
+            self.options, remote=request.remote, query=query, resume=self.resume, resuming=conn
+        )
         try:
             answer = await peer.answer(sdp)
         except OfferError as exc:
-            await peer.close()
+            await self._give_up(peer, token)
             return _error(400, str(exc))
         except TimeoutError as exc:
-            await peer.close()
+            await self._give_up(peer, token)
             return _error(500, str(exc))
         except BaseException:  # the request was cancelled, or aiortc failed: no peer left
-            await asyncio.shield(peer.close())
+            await asyncio.shield(self._give_up(peer, token))
             raise
-        task = asyncio.create_task(
-            peer.run(self.entrypoint, self._run), name=f"rejoinder-webrtc-{request.remote}"
-        )
+        if conn is not None and token is not None and self.resume is not None:
+            work = peer.resume(conn, token, self.resume)
+        else:
+            work = peer.run(self.entrypoint, self._run)
+        task = asyncio.create_task(work, name=f"rejoinder-webrtc-{request.remote}")
         self._peers[peer] = task
         task.add_done_callback(lambda _: self._peers.pop(peer, None))
         # One step for the task: a runner that counts sessions takes the place admitted
         # for this request before the request ends.
         await asyncio.sleep(0)
         return web.json_response({"sdp": answer, "type": "answer"})
+
+    async def _give_up(self, peer: WebRTCPeer, token: str | None) -> None:
+        """An offer that cannot be answered: its peer closes (and a token it claimed
+        works again)."""
+        await peer.close(end_session=False)
+        if token is not None and self.resume is not None:
+            self.resume.unclaim(token)
 
     async def aclose(self, grace: float = 10.0) -> None:
         """Refuse new offers, close every peer, and wait (bounded) for their tasks."""
@@ -142,9 +181,11 @@ def add_webrtc_routes(
     options: WebRTCOptions | None = None,
     *,
     run: Runner | None = None,
+    resume: ResumeRegistry | None = None,
 ) -> WebRTCServer:
-    """Mount ``POST /api/offer`` on ``app``; its peers are closed when ``app`` shuts down."""
-    server = WebRTCServer(entrypoint, options, run=run)
+    """Mount ``POST /api/offer`` on ``app``; its peers are closed when ``app`` shuts down.
+    ``resume``: where sessions wait for their client after a drop (None: resuming off)."""
+    server = WebRTCServer(entrypoint, options, run=run, resume=resume)
     app.add_routes(server.routes())
 
     async def shutdown(_: web.Application) -> None:

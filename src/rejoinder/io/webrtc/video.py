@@ -66,8 +66,15 @@ class CameraSampler:
 
     def attach(self, session: AgentSession[Any]) -> None:
         """Show ``session`` a still each time the user stops speaking."""
+        self.detach()
         self._session = session
         session.on("user_state_changed", self._user_state_changed)
+
+    def detach(self) -> None:
+        """Show the session nothing more (this peer no longer carries it)."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.off("user_state_changed", self._user_state_changed)
 
     def _user_state_changed(self, event: Any) -> None:
         if event.old_state == "speaking" and event.new_state != "speaking":
