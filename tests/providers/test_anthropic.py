@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 import rejoinder as rj
-from rejoinder.models import ChatChunk, ChatContext, LLMError, NamedToolChoice, ToolDefinition
-from rejoinder.models.chat import FunctionCall, FunctionCallOutput
+from rejoinder.models import NamedToolChoice, ToolDefinition
 from rejoinder.providers import anthropic
 from rejoinder.providers.anthropic import _convert
 from rejoinder.testing import StateTimeline
@@ -31,6 +30,7 @@ from rejoinder.testing.anthropic_server import (
 )
 
 from .._samples import run_example
+from ._servers import call, closing_factory, collect, context, fail, output, user_says
 
 # Real sockets on virtual time, as for the OpenAI-compatible client.
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -50,60 +50,13 @@ async def server() -> AsyncIterator[AnthropicServer]:
 
 @pytest.fixture
 async def make_llm(server: AnthropicServer) -> AsyncIterator[Any]:
-    made: list[anthropic.LLM] = []
-
-    def factory(**options: Any) -> anthropic.LLM:
-        options.setdefault("base_url", server.base_url)
-        options.setdefault("api_key", "sk-ant-test")
-        llm = anthropic.LLM(model="claude-test", **options)
-        made.append(llm)
-        return llm
-
-    yield factory
-    for llm in made:
-        await llm.aclose()
-
-
-def user_says(text: str = "Hi") -> ChatContext:
-    ctx = ChatContext()
-    ctx.add_message(role="system", content="You are brief.")
-    ctx.add_message(role="user", content=text)
-    return ctx
-
-
-async def collect(stream: AsyncIterator[ChatChunk]) -> list[ChatChunk]:
-    return [chunk async for chunk in stream]
-
-
-async def fail(stream: AsyncIterator[ChatChunk]) -> tuple[list[ChatChunk], LLMError]:
-    received: list[ChatChunk] = []
-    try:
-        async for chunk in stream:
-            received.append(chunk)
-    except LLMError as error:
-        return received, error
-    raise AssertionError(f"no LLMError; the stream ended normally after {received!r}")
+    async for factory in closing_factory(
+        anthropic.LLM, model="claude-test", base_url=server.base_url, api_key="sk-ant-test"
+    ):
+        yield factory
 
 
 # -- the request ----------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "get_weather", arguments: str = '{"city": "Paris"}') -> Any:
-    return FunctionCall(call_id=call_id, name=name, arguments=arguments)
-
-
-def output(call_id: str, text: str = "sunny", *, error: bool = False) -> Any:
-    return FunctionCallOutput(call_id=call_id, name="get_weather", output=text, is_error=error)
-
-
-def context(*items: Any) -> ChatContext:
-    ctx = ChatContext()
-    for item in items:
-        if isinstance(item, tuple):
-            ctx.add_message(role=item[0], content=item[1])
-        else:
-            ctx.items.append(item)
-    return ctx
 
 
 def shape(messages: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:

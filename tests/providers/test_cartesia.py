@@ -28,12 +28,13 @@ from rejoinder.testing.cartesia_server import (
 )
 
 from .._samples import run_example
+from ._servers import SENTENCE, collect_frames, collect_stream, synthesize
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 KEY = "sk_car_test"
 VOICE = "a0e99841-438c-4a64-b679-ae501e7d6091"
-TEXT = "Hello there, this is a longer sentence for the stream."
+TEXT = SENTENCE
 
 
 @pytest.fixture
@@ -46,26 +47,6 @@ def make_tts(server: CartesiaServer, **options: Any) -> cartesia.TTS:
     options.setdefault("retry_backoff", 0.01)
     options.setdefault("api_key", KEY)
     return cartesia.TTS(voice_id=VOICE, base_url=server.base_url, **options)
-
-
-async def synthesize(
-    tts: cartesia.TTS, text: str = TEXT, *, close: bool = True
-) -> tuple[list[AudioFrame], list[WordTiming]]:
-    frames: list[AudioFrame] = []
-    words: list[WordTiming] = []
-    try:
-        async for item in tts.synthesize(text):
-            (frames if isinstance(item, AudioFrame) else words).append(item)  # type: ignore[arg-type]
-    finally:
-        if close:
-            await tts.aclose()
-    return frames, words
-
-
-async def collect_frames(tts: cartesia.TTS, frames: list[AudioFrame]) -> None:
-    async for item in tts.synthesize(TEXT):
-        if isinstance(item, AudioFrame):
-            frames.append(item)
 
 
 def contexts(server: CartesiaServer, connection: int = 0) -> list[Context]:
@@ -457,10 +438,6 @@ async def test_close_releases_everything(server: CartesiaServer) -> None:
     assert server.open_sockets == 0
     assert tts._connection is None and tts._session is None
     assert all(task.done() for task in asyncio.all_tasks() if "Connection._read" in repr(task))
-
-
-async def collect_stream(stream: Any) -> list[WordTiming]:
-    return [item async for item in stream if isinstance(item, WordTiming)]
 
 
 def test_rejects_bad_settings() -> None:

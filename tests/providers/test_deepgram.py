@@ -3,7 +3,6 @@ virtual time (see test_openai_realtime.py for why the marker is enough)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -27,6 +26,8 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.deepgram_server import DeepgramServer, Fault
 
+from ._servers import say, silence, speech
+
 pytestmark = pytest.mark.looptime(noop_cycles=200)
 
 KEY = "dg-test-key"
@@ -44,25 +45,6 @@ async def server() -> AsyncIterator[DeepgramServer]:
 def make_stt(server: DeepgramServer, **options: Any) -> deepgram.STT:
     options.setdefault("retry_backoff", 0.01)
     return deepgram.STT(base_url=server.base_url, api_key=KEY, **options)
-
-
-def speech(seconds: float, rate: int = 16000) -> list[AudioFrame]:
-    return [speech_frame(0.02, rate) for _ in range(round(seconds / 0.02))]
-
-
-def silence(seconds: float) -> list[AudioFrame]:
-    return [AudioFrame.silence(0.02, 16000) for _ in range(round(seconds / 0.02))]
-
-
-async def say(
-    stt: deepgram.STT, frames: list[AudioFrame], interims: list[str] | None = None
-) -> list[AudioFrame]:
-    """Push frames in real (virtual) time, as the session does while the user speaks."""
-    sink = interims if interims is not None else []
-    for frame in frames:
-        stt.push(frame, sink.append)
-        await asyncio.sleep(frame.duration)
-    return frames
 
 
 async def test_query_and_headers(server: DeepgramServer) -> None:

@@ -24,10 +24,12 @@ from rejoinder.testing.elevenlabs_server import (
     Stall,
 )
 
+from ._servers import SENTENCE, collect_frames, collect_stream, synthesize
+
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 KEY = "xi-test"
-TEXT = "Hello there, this is a longer sentence for the stream."
+TEXT = SENTENCE
 
 
 @pytest.fixture
@@ -40,25 +42,6 @@ def make_tts(server: ElevenLabsServer, **options: Any) -> elevenlabs.TTS:
     options.setdefault("retry_backoff", 0.01)
     options.setdefault("api_key", KEY)
     return elevenlabs.TTS(voice_id="voice-1", base_url=server.base_url, **options)
-
-
-async def synthesize(
-    tts: elevenlabs.TTS, text: str = TEXT
-) -> tuple[list[AudioFrame], list[WordTiming]]:
-    frames: list[AudioFrame] = []
-    words: list[WordTiming] = []
-    try:
-        async for item in tts.synthesize(text):
-            (frames if isinstance(item, AudioFrame) else words).append(item)  # type: ignore[arg-type]
-    finally:
-        await tts.aclose()
-    return frames, words
-
-
-async def collect_frames(tts: elevenlabs.TTS, frames: list[AudioFrame]) -> None:
-    async for item in tts.synthesize(TEXT):
-        if isinstance(item, AudioFrame):
-            frames.append(item)
 
 
 def server_words(server: ElevenLabsServer, index: int = 0) -> list[WordTiming]:
@@ -316,10 +299,6 @@ async def test_keep_alive_outlasts_the_inactivity_timeout(server: ElevenLabsServ
     assert [w.word for w in words] == ["Slow", "model."]
     keep_alives = [m for m in server.connections[0].messages[1:] if m == {"text": " "}]
     assert len(keep_alives) == int(45.0 // KEEPALIVE_INTERVAL)
-
-
-async def collect_stream(stream: Any) -> list[WordTiming]:
-    return [item async for item in stream if isinstance(item, WordTiming)]
 
 
 def test_rejects_bad_settings() -> None:

@@ -23,11 +23,10 @@ from rejoinder.models import (
     ChatChunk,
     ChatContext,
     ImageContent,
-    LLMError,
     NamedToolChoice,
     ToolDefinition,
 )
-from rejoinder.models.chat import FunctionCall, FunctionCallOutput
+from rejoinder.models.chat import FunctionCall
 from rejoinder.providers import google
 from rejoinder.providers._timeout import Timeout
 from rejoinder.providers.google import _convert
@@ -51,6 +50,7 @@ from rejoinder.testing.gemini_server import (
 )
 
 from .._samples import run_example
+from ._servers import call, closing_factory, collect, context, fail, output, user_says
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -71,40 +71,10 @@ async def server() -> AsyncIterator[GeminiServer]:
 
 @pytest.fixture
 async def make_llm(server: GeminiServer) -> AsyncIterator[Any]:
-    made: list[google.LLM] = []
-
-    def factory(**options: Any) -> google.LLM:
-        options.setdefault("base_url", server.base_url)
-        options.setdefault("api_key", KEY)
-        llm = google.LLM(model="gemini-test", **options)
-        made.append(llm)
-        return llm
-
-    yield factory
-    for llm in made:
-        await llm.aclose()
-
-
-def context(*items: Any) -> ChatContext:
-    ctx = ChatContext()
-    for item in items:
-        if isinstance(item, tuple):
-            ctx.add_message(role=item[0], content=item[1])
-        else:
-            ctx.items.append(item)
-    return ctx
-
-
-def user_says(text: str = "Hi") -> ChatContext:
-    return context(("system", "You are brief."), ("user", text))
-
-
-def call(call_id: str, name: str = "get_weather", arguments: str = '{"city": "Paris"}') -> Any:
-    return FunctionCall(call_id=call_id, name=name, arguments=arguments)
-
-
-def output(call_id: str, text: str = "sunny", *, error: bool = False) -> Any:
-    return FunctionCallOutput(call_id=call_id, name="get_weather", output=text, is_error=error)
+    async for factory in closing_factory(
+        google.LLM, model="gemini-test", base_url=server.base_url, api_key=KEY
+    ):
+        yield factory
 
 
 def shape(contents: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -119,20 +89,6 @@ def shape(contents: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
             parts.append(f"{kind}:{json.dumps(detail) if not isinstance(detail, str) else detail}")
         out.append((content["role"], parts))
     return out
-
-
-async def collect(stream: AsyncIterator[ChatChunk]) -> list[ChatChunk]:
-    return [chunk async for chunk in stream]
-
-
-async def fail(stream: AsyncIterator[ChatChunk]) -> tuple[list[ChatChunk], LLMError]:
-    received: list[ChatChunk] = []
-    try:
-        async for item in stream:
-            received.append(item)
-    except LLMError as error:
-        return received, error
-    raise AssertionError(f"no LLMError; the stream ended normally after {received!r}")
 
 
 def text_of(chunks: list[ChatChunk]) -> str:
