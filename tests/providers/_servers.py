@@ -1,13 +1,16 @@
 """Helpers the tests against the loopback provider servers share: audio to push and how
 to push it (speech-to-text), what a synthesis yields (text-to-speech), a chat context,
-its tool calls and a streamed reply collected (LLMs), and a factory of clients closed
-after the test."""
+its tool calls and a streamed reply collected (LLMs), a factory of clients closed after
+the test, and the ``server`` fixture."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
+
+import pytest
 
 from rejoinder.models import ChatChunk, ChatContext, LLMError
 from rejoinder.models.audio import AudioFrame
@@ -122,10 +125,6 @@ async def fail(stream: AsyncIterator[ChatChunk]) -> tuple[list[ChatChunk], LLMEr
 ClientT = TypeVar("ClientT")
 
 
-class _Closable(Protocol):
-    async def aclose(self) -> None: ...
-
-
 async def closing_factory(
     make: Callable[..., ClientT], **defaults: Any
 ) -> AsyncIterator[Callable[..., ClientT]]:
@@ -143,3 +142,20 @@ async def closing_factory(
     yield factory
     for client in made:
         await client.aclose()
+
+
+# -- the server ------------------------------------------------------------------------------
+
+ServerT = TypeVar("ServerT", bound=AbstractAsyncContextManager[Any])
+
+
+def serving(make: Callable[[], ServerT]) -> Any:
+    """A ``server`` fixture: ``make()`` started for the test and closed after it. In a test
+    module: ``server = serving(GeminiLiveServer)``."""
+
+    @pytest.fixture(name="server")
+    async def server() -> AsyncIterator[ServerT]:
+        async with make() as started:
+            yield started
+
+    return server

@@ -25,7 +25,6 @@ from rejoinder.models.realtime import (
     BackendResponseEnded,
     BackendResponseStarted,
     RealtimeConfig,
-    RealtimeEvent,
     ResponseUsage,
     ToolCallRequested,
     Transcript,
@@ -36,6 +35,9 @@ from rejoinder.models.tools import ToolDefinition
 from rejoinder.providers.google.live import GeminiLiveSession, Live
 from rejoinder.testing import ScriptedVAD, advance
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
+
+from ._live import Recorder
+from ._servers import serving
 
 # Real sockets on virtual time, as in test_openai_realtime.py: the clock only jumps when
 # every task waits on a timer, and noop_cycles gives the handshake a margin.
@@ -54,42 +56,6 @@ WEATHER = ToolDefinition(
     },
 )
 NOTE = ToolDefinition(name="take_note", description="Write a note.")
-
-
-class Recorder:
-    """Consumes a session's events in a task, so tests can wait for them by type."""
-
-    def __init__(self, session: GeminiLiveSession) -> None:
-        self.events: list[RealtimeEvent] = []
-        self.ended = False
-        self._changed = asyncio.Event()
-        self.task = asyncio.create_task(self._consume(session))
-
-    async def _consume(self, session: GeminiLiveSession) -> None:
-        async for event in session.events():
-            self.events.append(event)
-            self._changed.set()
-        self.ended = True
-        self._changed.set()
-
-    def of(self, kind: type[E]) -> list[E]:
-        return [event for event in self.events if isinstance(event, kind)]
-
-    def kinds(self, since: int = 0) -> list[str]:
-        return [type(event).__name__ for event in self.events[since:]]
-
-    async def wait_for(self, kind: type[E], count: int = 1, within: float = 5.0) -> E:
-        await self.until(lambda: len(self.of(kind)) >= count, within)
-        return self.of(kind)[count - 1]
-
-    async def wait_ended(self, within: float = 10.0) -> None:
-        await self.until(lambda: self.ended, within)
-
-    async def until(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
-        async with asyncio.timeout(within):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
 
 
 Connect = Callable[..., Awaitable[tuple[GeminiLiveSession, Recorder]]]
@@ -119,21 +85,26 @@ def make_connect(
     return factory
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiLiveServer]:
-    async with GeminiLiveServer() as srv:
-        yield srv
+server = serving(GeminiLiveServer)
 
 
-@pytest.fixture
-async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
-    """Start a session against the server; closed (and checked for leftovers) after."""
-    opened: list[tuple[GeminiLiveSession, Recorder]] = []
-    yield make_connect(server, opened)
-    for session, recorder in opened:
-        await session.aclose()
-        await recorder.wait_ended()
-    assert live_tasks() == []
+def connecting() -> Any:
+    """The ``connect`` fixture: start sessions against the server; closed (and checked
+    for leftovers) after the test. In a test module: ``connect = connecting()``."""
+
+    @pytest.fixture(name="connect")
+    async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
+        opened: list[tuple[GeminiLiveSession, Recorder]] = []
+        yield make_connect(server, opened)
+        for session, recorder in opened:
+            await session.aclose()
+            await recorder.wait_ended()
+        assert live_tasks() == []
+
+    return connect
+
+
+connect = connecting()
 
 
 def tone(seconds: float, rate: int, channels: int = 1) -> AudioFrame:

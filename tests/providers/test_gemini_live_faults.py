@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -25,25 +23,14 @@ from rejoinder.providers.google.live import Live
 from rejoinder.testing import advance, now
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
-from .test_gemini_live import Connect, live_tasks, make_connect, output, tone
+from ._servers import serving
+from .test_gemini_live import Connect, connecting, live_tasks, output, tone
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiLiveServer]:
-    async with GeminiLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
-    opened: list[Any] = []
-    yield make_connect(server, opened)
-    for session, recorder in opened:
-        await session.aclose()
-        await recorder.wait_ended()
-    assert live_tasks() == []
+server = serving(GeminiLiveServer)
+connect = connecting()
 
 
 # -- a server that misbehaves ---------------------------------------------------------------

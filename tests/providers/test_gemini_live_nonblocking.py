@@ -31,7 +31,8 @@ from rejoinder.testing import now
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
 from ..scenarios.realtime_rig import Rig, start_rig
-from .test_gemini_live import Connect, live_tasks, make_connect
+from ._servers import serving
+from .test_gemini_live import Connect, connecting
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -49,20 +50,8 @@ def tool(name: str) -> ToolDefinition:
 TOOLS = [tool("search_flights"), tool("watch_price"), tool("log_preference"), tool("book")]
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiLiveServer]:
-    async with GeminiLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
-    opened: list[Any] = []
-    yield make_connect(server, opened)
-    for session, recorder in opened:
-        await session.aclose()
-        await recorder.wait_ended()
-    assert live_tasks() == []
+server = serving(GeminiLiveServer)
+connect = connecting()
 
 
 def result(call_id: str, name: str, text: str = "done") -> FunctionCallOutput:

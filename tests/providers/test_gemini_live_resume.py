@@ -6,8 +6,6 @@ the loopback server, with short server-side limits."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from rejoinder.models import ChatContext
@@ -24,25 +22,14 @@ from rejoinder.models.realtime import (
 from rejoinder.testing import advance, now
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
-from .test_gemini_live import NOTE, WEATHER, Connect, live_tasks, make_connect
+from ._servers import serving
+from .test_gemini_live import NOTE, WEATHER, Connect, connecting
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiLiveServer]:
-    async with GeminiLiveServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def connect(server: GeminiLiveServer) -> AsyncIterator[Connect]:
-    opened: list = []
-    yield make_connect(server, opened)
-    for session, recorder in opened:
-        await session.aclose()
-        await recorder.wait_ended()
-    assert live_tasks() == []
+server = serving(GeminiLiveServer)
+connect = connecting()
 
 
 def history() -> ChatContext:

@@ -20,14 +20,12 @@ from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
 from .._samples import run_example
 from ..scenarios.realtime_rig import Rig, Weather, start_rig
+from ._servers import serving
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiLiveServer]:
-    async with GeminiLiveServer() as srv:
-        yield srv
+server = serving(GeminiLiveServer)
 
 
 @pytest.fixture

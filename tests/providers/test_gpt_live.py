@@ -33,7 +33,6 @@ from rejoinder.models.realtime import (
     ProviderError,
     RealtimeConfig,
     RealtimeError,
-    RealtimeEvent,
     Reconnected,
     ReplyRefused,
     ToolCallRequested,
@@ -44,6 +43,9 @@ from rejoinder.models.realtime import (
 from rejoinder.providers.openai.gpt_live import GPTLive, GPTLiveSession
 from rejoinder.testing import advance, now
 from rejoinder.testing.gpt_live_server import GPTLiveServer
+
+from ._live import Recorder
+from ._servers import serving
 
 # Real sockets on virtual time: see test_openai_chat.py for why this marker is enough.
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -67,46 +69,10 @@ WEATHER_WIRE = {
 }
 
 
-class Recorder:
-    """Consumes a session's events in a task, so tests can wait for them by type."""
-
-    def __init__(self, session: GPTLiveSession) -> None:
-        self.events: list[RealtimeEvent] = []
-        self.ended = False
-        self._changed = asyncio.Event()
-        self.task = asyncio.create_task(self._consume(session))
-
-    async def _consume(self, session: GPTLiveSession) -> None:
-        async for event in session.events():
-            self.events.append(event)
-            self._changed.set()
-        self.ended = True
-        self._changed.set()
-
-    def of(self, kind: type[E]) -> list[E]:
-        return [event for event in self.events if isinstance(event, kind)]
-
-    async def wait_for(self, kind: type[E], count: int = 1, within: float = 5.0) -> E:
-        await self._until(lambda: len(self.of(kind)) >= count, within)
-        return self.of(kind)[count - 1]
-
-    async def wait_ended(self, within: float = 5.0) -> None:
-        await self._until(lambda: self.ended, within)
-
-    async def _until(self, predicate: Callable[[], bool], within: float) -> None:
-        async with asyncio.timeout(within):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
-
-
 Connect = Callable[..., Awaitable[tuple[GPTLiveSession, Recorder]]]
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GPTLiveServer]:
-    async with GPTLiveServer() as srv:
-        yield srv
+server = serving(GPTLiveServer)
 
 
 @pytest.fixture

@@ -22,15 +22,14 @@ from rejoinder.models.realtime import (
 from rejoinder.providers.openai import GPTLive
 from rejoinder.testing import GPTLiveServer, advance, now
 
-from .test_gpt_live import WEATHER, Connect, Recorder
+from ._live import Recorder
+from ._servers import serving
+from .test_gpt_live import WEATHER, Connect
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GPTLiveServer]:
-    async with GPTLiveServer() as srv:
-        yield srv
+server = serving(GPTLiveServer)
 
 
 @pytest.fixture
