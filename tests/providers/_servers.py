@@ -149,13 +149,13 @@ async def closing_factory(
 ServerT = TypeVar("ServerT", bound=AbstractAsyncContextManager[Any])
 
 
-def serving(make: Callable[[], ServerT]) -> Any:
-    """A ``server`` fixture: ``make()`` started for the test and closed after it. In a test
-    module: ``server = serving(GeminiLiveServer)``."""
+def serving(make: Callable[..., ServerT], **options: Any) -> Any:
+    """A ``server`` fixture: ``make(**options)`` started for the test and closed after it.
+    In a test module: ``server = serving(GeminiLiveServer)``."""
 
     @pytest.fixture(name="server")
     async def server() -> AsyncIterator[ServerT]:
-        async with make() as started:
+        async with make(**options) as started:
             yield started
 
     return server

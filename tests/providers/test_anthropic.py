@@ -30,7 +30,7 @@ from rejoinder.testing.anthropic_server import (
 )
 
 from .._samples import run_example
-from ._servers import call, closing_factory, collect, context, fail, output, user_says
+from ._servers import call, closing_factory, collect, context, fail, output, serving, user_says
 
 # Real sockets on virtual time, as for the OpenAI-compatible client.
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -42,10 +42,7 @@ WEATHER = ToolDefinition(
 )
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[AnthropicServer]:
-    async with AnthropicServer(api_key="sk-ant-test") as srv:
-        yield srv
+server = serving(AnthropicServer, api_key="sk-ant-test")
 
 
 @pytest.fixture

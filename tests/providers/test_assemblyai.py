@@ -7,7 +7,6 @@ import importlib.util
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.assemblyai_server import AssemblyAIServer, Fault, Said
 
-from ._servers import say, silence, speech
+from ._servers import say, serving, silence, speech
 
 pytestmark = pytest.mark.looptime(noop_cycles=200)
 
@@ -42,10 +41,7 @@ CHUNK_BYTES = 1600  # 50 ms at 16 kHz, 16-bit mono
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "assemblyai_agent.py"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[AssemblyAIServer]:
-    async with AssemblyAIServer(api_key=KEY, transcripts=[HELLO, SECOND]) as srv:
-        yield srv
+server = serving(AssemblyAIServer, api_key=KEY, transcripts=[HELLO, SECOND])
 
 
 def make_stt(server: AssemblyAIServer, **options: Any) -> assemblyai.STT:

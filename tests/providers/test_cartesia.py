@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from rejoinder.testing.cartesia_server import (
 )
 
 from .._samples import run_example
-from ._servers import SENTENCE, collect_frames, collect_stream, synthesize
+from ._servers import SENTENCE, collect_frames, collect_stream, serving, synthesize
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -37,10 +36,7 @@ VOICE = "a0e99841-438c-4a64-b679-ae501e7d6091"
 TEXT = SENTENCE
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[CartesiaServer]:
-    async with CartesiaServer(api_key=KEY, chars_per_chunk=7) as srv:
-        yield srv
+server = serving(CartesiaServer, api_key=KEY, chars_per_chunk=7)
 
 
 def make_tts(server: CartesiaServer, **options: Any) -> cartesia.TTS:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.deepgram_server import DeepgramServer, Fault
 
-from ._servers import say, silence, speech
+from ._servers import say, serving, silence, speech
 
 pytestmark = pytest.mark.looptime(noop_cycles=200)
 
@@ -36,10 +35,7 @@ SECOND = "Book a table for two."
 FRAME_BYTES = 640  # 20 ms at 16 kHz, 16-bit mono
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[DeepgramServer]:
-    async with DeepgramServer(api_key=KEY, transcripts=[HELLO, SECOND]) as srv:
-        yield srv
+server = serving(DeepgramServer, api_key=KEY, transcripts=[HELLO, SECOND])
 
 
 def make_stt(server: DeepgramServer, **options: Any) -> deepgram.STT:

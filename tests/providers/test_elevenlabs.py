@@ -4,7 +4,6 @@ on virtual time (see test_openai_chat.py for why the marker is enough)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from rejoinder.testing.elevenlabs_server import (
     Stall,
 )
 
-from ._servers import SENTENCE, collect_frames, collect_stream, synthesize
+from ._servers import SENTENCE, collect_frames, collect_stream, serving, synthesize
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -32,10 +31,7 @@ KEY = "xi-test"
 TEXT = SENTENCE
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[ElevenLabsServer]:
-    async with ElevenLabsServer(api_key=KEY, chars_per_message=7) as srv:
-        yield srv
+server = serving(ElevenLabsServer, api_key=KEY, chars_per_message=7)
 
 
 def make_tts(server: ElevenLabsServer, **options: Any) -> elevenlabs.TTS:

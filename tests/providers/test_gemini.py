@@ -50,7 +50,7 @@ from rejoinder.testing.gemini_server import (
 )
 
 from .._samples import run_example
-from ._servers import call, closing_factory, collect, context, fail, output, user_says
+from ._servers import call, closing_factory, collect, context, fail, output, serving, user_says
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -63,10 +63,7 @@ WEATHER = ToolDefinition(
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[GeminiServer]:
-    async with GeminiServer(api_key=KEY) as srv:
-        yield srv
+server = serving(GeminiServer, api_key=KEY)
 
 
 @pytest.fixture
