@@ -11,6 +11,7 @@ import {
   useTranscript,
   useUserState,
 } from "../dist/index.js";
+import { StrictMode } from "react";
 import { act, h, probe, render, warnings } from "./render.mjs";
 
 afterEach(() => {
@@ -88,7 +89,7 @@ function fakePlatform() {
 
 /** Mounts a call under a provider that makes a real client on `platform`, connects, and
  * brings the first `ready`. */
-async function connected(platform) {
+async function connected(platform, { strict = false } = {}) {
   const seen = [];
   const Call = () => ({
     session: useRejoinder({ url: "/", microphone: false, reconnect: false }),
@@ -96,9 +97,8 @@ async function connected(platform) {
     user: useUserState(),
     turns: useTranscript(),
   });
-  const renderer = render(
-    h(RejoinderProvider, { clientOptions: { platform } }, h(probe(Call, seen)), h(AgentStateIndicator)),
-  );
+  const tree = h(RejoinderProvider, { clientOptions: { platform } }, h(probe(Call, seen)), h(AgentStateIndicator));
+  const renderer = render(strict ? h(StrictMode, null, tree) : tree);
   let connecting;
   act(() => {
     connecting = seen.at(-1).session.connect();
@@ -170,6 +170,17 @@ test("the server failing the session: the error, no states, the indicator says s
 
 test("the provider closes the client it made when it unmounts (the session ends with 1000)", async () => {
   const { socket, renderer } = await connected(fakePlatform());
+  await act(async () => renderer.unmount());
+  assert.equal(socket.closedWith, 1000);
+});
+
+test("under StrictMode (mount, unmount, mount): one client, one connection, closed at the end", async () => {
+  const platform = fakePlatform();
+  const { seen, socket, renderer } = await connected(platform, { strict: true });
+  assert.equal(platform.sockets.length, 1);
+  assert.equal(new Set(seen.map((s) => s.session.client)).size, 1);
+  act(() => socket.say({ type: "agent_state", state: "listening" }));
+  assert.equal(seen.at(-1).agent, "listening");
   await act(async () => renderer.unmount());
   assert.equal(socket.closedWith, 1000);
 });
