@@ -57,3 +57,10 @@ test("the entry point exports the hooks, the provider and the indicator", async 
     "useUserState",
   ]);
 });
+
+test("the README's component is example/App.tsx, word for word", () => {
+  const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+  const shown = readme.split("```tsx\n")[1]?.split("```")[0];
+  assert.equal(shown, readFileSync(new URL("../example/App.tsx", import.meta.url), "utf8"));
+  assert.ok(shown.split("\n").filter((line) => line.trim()).length <= 30); // still short
+});
