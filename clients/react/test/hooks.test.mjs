@@ -13,9 +13,10 @@ import {
   useUserState,
 } from "../dist/index.js";
 import { FakeClient } from "./fake-client.mjs";
-import { act, h, probe, render, warnings } from "./render.mjs";
+import { act, cleanup, h, probe, render, warnings } from "./render.mjs";
 
 afterEach(() => {
+  cleanup();
   assert.deepEqual(warnings.splice(0), [], "React warned");
 });
 

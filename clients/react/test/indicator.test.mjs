@@ -1,14 +1,14 @@
 // <AgentStateIndicator/>: the plain word, the technical state on `title`, one render per
-// change of what it shows; and rendering on a server.
+// change of what it shows.
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
-import { renderToString } from "react-dom/server";
 import { RejoinderError } from "@rejoinder/client";
 import { AGENT_STATE_LABELS, AgentStateIndicator, RejoinderProvider, indicatorState, useRejoinder } from "../dist/index.js";
 import { FakeClient } from "./fake-client.mjs";
-import { act, h, render, warnings } from "./render.mjs";
+import { act, cleanup, h, render, warnings } from "./render.mjs";
 
 afterEach(() => {
+  cleanup();
   assert.deepEqual(warnings.splice(0), [], "React warned");
 });
 
@@ -96,10 +96,4 @@ test("it re-renders only when what it shows changes", () => {
   act(() => client.emitTranscript("user", "Hello", true));
   act(() => client.emitUserState("speaking"));
   assert.equal(renders, 1); // the parent never re-rendered: the indicator reads its own slices
-});
-
-test("on a server it renders the idle client as not connected", () => {
-  const html = renderToString(h(RejoinderProvider, { client: new FakeClient() }, h(AgentStateIndicator)));
-  assert.match(html, /^<span role="status" title="idle" data-state="idle">/);
-  assert.match(html, /Not connected<\/span>$/);
 });

@@ -18,13 +18,22 @@ console.error = (...args) => {
   consoleError(...args);
 };
 
+const mounted = new Set();
+
 /** Mounts `element`; returns the renderer. */
 export function render(element) {
   let renderer;
   act(() => {
     renderer = TestRenderer.create(element);
   });
+  mounted.add(renderer);
   return renderer;
+}
+
+/** Unmounts what the test left mounted (for afterEach). */
+export function cleanup() {
+  for (const renderer of mounted) act(() => renderer.unmount());
+  mounted.clear();
 }
 
 /** A component that calls `hook()` on each render and pushes what it returned to `seen`. */

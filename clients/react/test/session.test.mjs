@@ -4,9 +4,10 @@ import { afterEach, test } from "node:test";
 import { RejoinderClient, RejoinderError } from "@rejoinder/client";
 import { RejoinderProvider, useAgentState, useRejoinder } from "../dist/index.js";
 import { FakeClient } from "./fake-client.mjs";
-import { act, h, probe, render, warnings } from "./render.mjs";
+import { act, cleanup, h, probe, render, warnings } from "./render.mjs";
 
 afterEach(() => {
+  cleanup();
   assert.deepEqual(warnings.splice(0), [], "React warned");
 });
 
