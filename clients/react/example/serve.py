@@ -4,7 +4,7 @@ own page)::
 
     (cd clients/react && npm run build:example)
     python clients/react/example/serve.py examples/voice_agent.py
-    # then open http://127.0.0.1:8080/ and press Talk
+    # then open http://127.0.0.1:8000/ and press Talk
 
 tests/io/test_react_example_browser.py serves the example with ``add_example_routes``.
 """
@@ -38,7 +38,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("::")[0])
     parser.add_argument("file", help="the agent file (a .py file with an entrypoint)")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=int, default=8000)
     options = parser.parse_args()
     if not (DIST / "app.js").exists():
         parser.error(f"{DIST / 'app.js'} is missing: npm run build:example in clients/react")
