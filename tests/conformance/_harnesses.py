@@ -1,7 +1,8 @@
 """Harnesses for the loopback servers that share their machinery: the speech-to-text
 servers built on ``ListenServer`` (Deepgram, AssemblyAI) take the same ``Fault`` actions
-and refusals, and the text-to-speech servers (Cartesia, ElevenLabs) the same fault steps.
-A provider's test names its engine, key and what differs."""
+and refusals, the text-to-speech servers (Cartesia, ElevenLabs) the same fault steps, and
+the streamed chat servers (OpenAI, Anthropic, Gemini) the same scripted replies. A
+provider's test names its engine, key and what differs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any, ClassVar
 
 from rejoinder.models.stt import STT
 from rejoinder.models.tts import TTS
+from rejoinder.testing._scripted_stream import CutConnection, Pause, StreamReply
 from rejoinder.testing._ws_faults import Cut, Refuse, Stall
-from rejoinder.testing.conformance import STTHarness, TTSHarness
+from rejoinder.testing.conformance import LLMHarness, STTHarness, TTSHarness
 
 FRAME_BYTES = 640  # 20 ms at 16 kHz, 16-bit mono
 
@@ -145,3 +147,34 @@ class ToneHarness(TTSHarness):
 
     def stall(self, text: str) -> None:
         self.server.script(Stall(after=1))
+
+
+class ChatStreamHarness(LLMHarness):
+    """An ``LLMHarness`` over a streamed chat server (``OpenAIChatServer``,
+    ``AnthropicServer``, ``GeminiServer``): every request is recorded, and a reply that is
+    cut or stalls is the API's start of a text reply, then the cut or the silence."""
+
+    stall_timeout = 5.0
+    retries = 2
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    @property
+    def server_port(self) -> int:
+        return int(self.server.port)
+
+    def attempts(self) -> int:
+        return len(self.server.requests)
+
+    def _streaming(self, *chunks: str) -> list[Any]:
+        """The events of a text reply that has streamed ``chunks`` and not ended (with
+        none: what the API sends before any text)."""
+        raise NotImplementedError
+
+    def cut_mid_stream(self, *chunks: str) -> None:
+        self.server.add(StreamReply([*self._streaming(*chunks), CutConnection()]))
+
+    def stall(self, *chunks: str) -> None:
+        started = self._streaming(*chunks) if chunks else []
+        self.server.add(StreamReply([*started, Pause(3600)], done=False))

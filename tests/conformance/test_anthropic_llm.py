@@ -12,42 +12,19 @@ from rejoinder.models import Usage
 from rejoinder.providers import anthropic
 from rejoinder.testing.anthropic_server import (
     AnthropicServer,
-    CutConnection,
     ErrorReply,
-    Pause,
     RawData,
     StreamReply,
     ToolUse,
     message,
     message_start,
 )
-from rejoinder.testing.conformance import LLMConformance, LLMHarness
+from rejoinder.testing.conformance import LLMConformance
+
+from ._harnesses import ChatStreamHarness
 
 
-def _text_block(*chunks: str) -> list[dict[str, Any]]:
-    """message_start, and a text block streaming ``chunks`` (not stopped)."""
-    events: list[dict[str, Any]] = [
-        message_start(),
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    ]
-    events += [
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
-        for text in chunks
-    ]
-    return events
-
-
-class AnthropicHarness(LLMHarness):
-    stall_timeout = 5.0
-    retries = 2
-
-    def __init__(self, server: AnthropicServer) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return self.server.port
-
+class AnthropicHarness(ChatStreamHarness):
     def make(self) -> anthropic.LLM:
         return anthropic.LLM(
             model="claude-test",
@@ -57,9 +34,6 @@ class AnthropicHarness(LLMHarness):
             max_retries=self.retries,
             retry_backoff=0.01,
         )
-
-    def attempts(self) -> int:
-        return len(self.server.requests)
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:
         if usage is None:
@@ -82,18 +56,30 @@ class AnthropicHarness(LLMHarness):
         self.server.add(*[ErrorReply(401, "invalid x-api-key", "authentication_error")] * times)
         return "401"
 
-    def cut_mid_stream(self, *chunks: str) -> None:
-        self.server.add(StreamReply([*_text_block(*chunks), CutConnection()]))
+    def _streaming(self, *chunks: str) -> list[Any]:
+        # message_start, and a text block streaming the chunks (not stopped).
+        events: list[dict[str, Any]] = [
+            message_start(),
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ]
+        return events + [
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            }
+            for text in chunks
+        ]
 
     def garbage(self, *chunks: str) -> None:
         events: list[Any] = message(*chunks, ping=False)
         # message_start, the block's start, the first delta: then an unreadable event
         events.insert(3, RawData("event: content_block_delta\ndata: {not json\n\n"))
         self.server.add(StreamReply(events))
-
-    def stall(self, *chunks: str) -> None:
-        events: list[Any] = _text_block(*chunks) if chunks else []
-        self.server.add(StreamReply([*events, Pause(3600)]))
 
 
 class TestAnthropicLLM(LLMConformance):

@@ -9,36 +9,21 @@ import pytest_asyncio
 
 from rejoinder.models import Usage
 from rejoinder.providers import google
-from rejoinder.testing.conformance import LLMConformance, LLMHarness
+from rejoinder.testing.conformance import LLMConformance
 from rejoinder.testing.gemini_server import (
     Call,
-    CutConnection,
     ErrorReply,
     GeminiServer,
-    Pause,
     RawData,
     StreamReply,
     chunk,
     reply,
 )
 
-
-def _text_chunks(*chunks: str) -> list[Any]:
-    """One event per delta, none with a finish reason (a reply still streaming)."""
-    return [chunk({"text": text}) for text in chunks]
+from ._harnesses import ChatStreamHarness
 
 
-class GeminiHarness(LLMHarness):
-    stall_timeout = 5.0
-    retries = 2
-
-    def __init__(self, server: GeminiServer) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return self.server.port
-
+class GeminiHarness(ChatStreamHarness):
     def make(self) -> google.LLM:
         return google.LLM(
             model="gemini-test",
@@ -48,9 +33,6 @@ class GeminiHarness(LLMHarness):
             max_retries=self.retries,
             retry_backoff=0.01,
         )
-
-    def attempts(self) -> int:
-        return len(self.server.requests)
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:
         if usage is None:
@@ -73,16 +55,14 @@ class GeminiHarness(LLMHarness):
         self.server.add(*[refused] * times)
         return "403"
 
-    def cut_mid_stream(self, *chunks: str) -> None:
-        self.server.add(StreamReply([*_text_chunks(*chunks), CutConnection()]))
+    def _streaming(self, *chunks: str) -> list[Any]:
+        # One event per delta, none with a finish reason.
+        return [chunk({"text": text}) for text in chunks]
 
     def garbage(self, *chunks: str) -> None:
         events: list[Any] = reply(*chunks)
         events.insert(1, RawData("data: {not json\r\n\r\n"))
         self.server.add(StreamReply(events))
-
-    def stall(self, *chunks: str) -> None:
-        self.server.add(StreamReply([*_text_chunks(*chunks), Pause(3600)]))
 
 
 class TestGoogleLLM(LLMConformance):

@@ -10,12 +10,10 @@ import pytest_asyncio
 
 from rejoinder.models import Usage
 from rejoinder.providers import openai
-from rejoinder.testing.conformance import LLMConformance, LLMHarness
+from rejoinder.testing.conformance import LLMConformance
 from rejoinder.testing.openai_chat_server import (
-    CutConnection,
     ErrorReply,
     OpenAIChatServer,
-    Pause,
     RawData,
     StreamReply,
     chunk,
@@ -24,18 +22,10 @@ from rejoinder.testing.openai_chat_server import (
     usage_chunk,
 )
 
+from ._harnesses import ChatStreamHarness
 
-class OpenAIChatHarness(LLMHarness):
-    stall_timeout = 5.0
-    retries = 2
 
-    def __init__(self, server: OpenAIChatServer) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return self.server.port
-
+class OpenAIChatHarness(ChatStreamHarness):
     def make(self) -> openai.LLM:
         return openai.LLM(
             model="test-model",
@@ -45,9 +35,6 @@ class OpenAIChatHarness(LLMHarness):
             max_retries=self.retries,
             retry_backoff=0.01,
         )
-
-    def attempts(self) -> int:
-        return len(self.server.requests)
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:
         steps: list[Any] = text_chunks(*chunks)
@@ -77,21 +64,13 @@ class OpenAIChatHarness(LLMHarness):
         self.server.add(*[ErrorReply(401, "Incorrect API key provided.")] * times)
         return "401"
 
-    def cut_mid_stream(self, *chunks: str) -> None:
-        steps: list[Any] = [chunk(role="assistant", content="")]
-        steps += [chunk(content=text) for text in chunks]
-        self.server.add(StreamReply([*steps, CutConnection()]))
+    def _streaming(self, *chunks: str) -> list[Any]:
+        return [chunk(role="assistant", content=""), *(chunk(content=text) for text in chunks)]
 
     def garbage(self, *chunks: str) -> None:
         steps: list[Any] = text_chunks(*chunks)  # the role chunk, one per delta, the finish
         steps.insert(2, RawData("data: {not json\n\n"))
         self.server.add(StreamReply(steps))
-
-    def stall(self, *chunks: str) -> None:
-        steps: list[Any] = []
-        if chunks:
-            steps = [chunk(role="assistant", content=""), *(chunk(content=t) for t in chunks)]
-        self.server.add(StreamReply([*steps, Pause(3600)], done=False))
 
 
 class TestOpenAILLM(LLMConformance):
