@@ -75,8 +75,9 @@ new MutationObserver(() => {
 # ---------------------------------------------------------------- building
 
 
-def _newest(folder: Path, patterns: tuple[str, ...]) -> float:
-    return max(path.stat().st_mtime for p in patterns for path in folder.rglob(p))
+def _stale(bundle: Path, sources: list[Path]) -> bool:
+    """``bundle`` is missing or older than one of ``sources``."""
+    return not bundle.exists() or max(p.stat().st_mtime for p in sources) > bundle.stat().st_mtime
 
 
 def _npm(folder: Path, *args: str, timeout: float) -> None:
@@ -108,22 +109,23 @@ def _build(folder: Path, lock_name: str, stale: Callable[[], bool], *scripts: st
 def example() -> Path:
     """clients/react/example/dist, built (and clients/js, which it bundles, first)."""
 
-    def sdk_stale() -> bool:
-        bundle = SDK / "dist" / "index.js"
-        return (
-            not bundle.exists()
-            or _newest(SDK, ("src/**/*.ts", "scripts/build.mjs", "package.json"))
-            > bundle.stat().st_mtime
-        )
+    def sdk_stale() -> bool:  # as tests/io/test_js_sdk_browser.py decides it
+        sources = [
+            *(SDK / "src").rglob("*.ts"),
+            SDK / "scripts" / "build.mjs",
+            SDK / "package.json",
+        ]
+        return _stale(SDK / "dist" / "index.js", sources)
 
     def example_stale() -> bool:
-        bundle = EXAMPLE_DIST / "app.js"
-        sources = max(
-            _newest(REACT / "src", ("*.ts", "*.tsx")),
-            _newest(REACT / "example", ("*.tsx", "*.html", "build.mjs")),
-            (SDK / "dist" / "index.js").stat().st_mtime,
-        )
-        return not bundle.exists() or sources > bundle.stat().st_mtime
+        sources = [
+            *(REACT / "src").glob("*.ts*"),
+            *(REACT / "example").glob("*.tsx"),
+            REACT / "example" / "index.html",
+            REACT / "example" / "build.mjs",
+            SDK / "dist" / "index.js",  # bundled into the example
+        ]
+        return _stale(EXAMPLE_DIST / "app.js", sources)
 
     # The same lock as tests/io/test_js_sdk_browser.py's build of the SDK.
     _build(SDK, "rejoinder-js-sdk-build.lock", sdk_stale, "build")
