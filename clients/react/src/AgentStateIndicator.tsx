@@ -6,7 +6,7 @@
  */
 
 import type { AgentStateName, ClientState, RejoinderClient } from "@rejoinder/client";
-import type { CSSProperties, ReactNode } from "react";
+import type { CSSProperties, ReactElement } from "react";
 import { useClient } from "./context.js";
 import { useSlice } from "./hooks.js";
 import { ClientStore } from "./store.js";
@@ -51,7 +51,7 @@ export function indicatorState(clientState: ClientState, agentState: AgentStateN
   return agentState ?? "initializing";
 }
 
-export function AgentStateIndicator({ client, labels, className, style }: AgentStateIndicatorProps): ReactNode {
+export function AgentStateIndicator({ client, labels, className, style }: AgentStateIndicatorProps): ReactElement {
   const found = useClient(client, "AgentStateIndicator");
   const store = ClientStore.of(found);
   const state = indicatorState(useSlice(store.state), useSlice(store.agentState));

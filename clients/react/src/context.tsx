@@ -5,7 +5,7 @@
  */
 
 import { RejoinderClient, type ClientOptions } from "@rejoinder/client";
-import { createContext, useContext, useEffect, useRef, type ReactNode } from "react";
+import { createContext, useContext, useEffect, useRef, type ReactElement, type ReactNode } from "react";
 
 const ClientContext = createContext<RejoinderClient | null>(null);
 
@@ -19,7 +19,7 @@ export interface RejoinderProviderProps {
 }
 
 /** Shares one `RejoinderClient` with every hook and `<AgentStateIndicator/>` below it. */
-export function RejoinderProvider({ client, clientOptions, children }: RejoinderProviderProps): ReactNode {
+export function RejoinderProvider({ client, clientOptions, children }: RejoinderProviderProps): ReactElement {
   const owned = useOwnedClient(client === undefined, clientOptions);
   return <ClientContext.Provider value={client ?? owned}>{children}</ClientContext.Provider>;
 }
