@@ -17,7 +17,29 @@ from rejoinder.testing.conformance import LLMHarness, STTHarness, TTSHarness
 FRAME_BYTES = 640  # 20 ms at 16 kHz, 16-bit mono
 
 
-class ListenHarness(STTHarness):
+class OverServer:
+    """What every harness here has: the loopback server it scripts, that server's port
+    for the leak checks, and the options that point a client at it, retrying as the
+    harness says with a short backoff."""
+
+    retries: ClassVar[int]
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    @property
+    def server_port(self) -> int:
+        return int(self.server.port)
+
+    def _client_options(self) -> dict[str, Any]:
+        return {
+            "base_url": self.server.base_url,
+            "max_retries": self.retries,
+            "retry_backoff": 0.01,
+        }
+
+
+class ListenHarness(OverServer, STTHarness):
     """An ``STTHarness`` over a ``DeepgramServer`` or an ``AssemblyAIServer``."""
 
     # A silent server: recognize waits finalize_timeout for the final result, then
@@ -32,20 +54,9 @@ class ListenHarness(STTHarness):
     bad_key_message: ClassVar[str]
     """What the server says when it refuses a key."""
 
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return int(self.server.port)
-
     def make(self) -> STT:
         stt: STT = self.engine(
-            api_key=self.key,
-            base_url=self.server.base_url,
-            finalize_timeout=self.stall_timeout,
-            max_retries=self.retries,
-            retry_backoff=0.01,
+            api_key=self.key, finalize_timeout=self.stall_timeout, **self._client_options()
         )
         return stt
 
@@ -79,7 +90,7 @@ class ListenHarness(STTHarness):
         self.server.add_faults(self.fault("mute"))
 
 
-class ToneHarness(TTSHarness):
+class ToneHarness(OverServer, TTSHarness):
     """A ``TTSHarness`` over a ``CartesiaServer`` or an ``ElevenLabsServer``."""
 
     stall_timeout = 5.0
@@ -90,21 +101,12 @@ class ToneHarness(TTSHarness):
     garbage_step: ClassVar[type[Any]]
     """The server module's ``Garbage``."""
 
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return int(self.server.port)
-
     def make(self) -> TTS:
         tts: TTS = self.engine(
             voice_id="voice-1",
             api_key=self.key,
-            base_url=self.server.base_url,
             timeout=self.stall_timeout,
-            max_retries=self.retries,
-            retry_backoff=0.01,
+            **self._client_options(),
         )
         return tts
 
@@ -149,20 +151,13 @@ class ToneHarness(TTSHarness):
         self.server.script(Stall(after=1))
 
 
-class ChatStreamHarness(LLMHarness):
+class ChatStreamHarness(OverServer, LLMHarness):
     """An ``LLMHarness`` over a streamed chat server (``OpenAIChatServer``,
     ``AnthropicServer``, ``GeminiServer``): every request is recorded, and a reply that is
     cut or stalls is the API's start of a text reply, then the cut or the silence."""
 
     stall_timeout = 5.0
     retries = 2
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return int(self.server.port)
 
     def attempts(self) -> int:
         return len(self.server.requests)

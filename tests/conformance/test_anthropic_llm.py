@@ -29,10 +29,8 @@ class AnthropicHarness(ChatStreamHarness):
         return anthropic.LLM(
             model="claude-test",
             api_key="sk-ant-test",
-            base_url=self.server.base_url,
             timeout=self.stall_timeout,
-            max_retries=self.retries,
-            retry_backoff=0.01,
+            **self._client_options(),
         )
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:

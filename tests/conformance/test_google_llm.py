@@ -28,10 +28,8 @@ class GeminiHarness(ChatStreamHarness):
         return google.LLM(
             model="gemini-test",
             api_key="gemini-test-key",
-            base_url=self.server.base_url,
             timeout=self.stall_timeout,
-            max_retries=self.retries,
-            retry_backoff=0.01,
+            **self._client_options(),
         )
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:

@@ -30,10 +30,8 @@ class OpenAIChatHarness(ChatStreamHarness):
         return openai.LLM(
             model="test-model",
             api_key="sk-test",
-            base_url=self.server.base_url,
             timeout=openai.Timeout(connect=5, read=self.stall_timeout),
-            max_retries=self.retries,
-            retry_backoff=0.01,
+            **self._client_options(),
         )
 
     def reply_text(self, *chunks: str, usage: Usage | None = None) -> None:

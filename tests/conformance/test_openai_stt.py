@@ -11,26 +11,15 @@ from rejoinder.providers import openai
 from rejoinder.testing.conformance import STTConformance, STTHarness
 from rejoinder.testing.openai_audio_server import ErrorReply, OpenAIAudioServer, TranscriptReply
 
+from ._harnesses import OverServer
 
-class OpenAITranscriptionHarness(STTHarness):
+
+class OpenAITranscriptionHarness(OverServer, STTHarness):
     stall_timeout = 5.0
     retries = 2
 
-    def __init__(self, server: OpenAIAudioServer) -> None:
-        self.server = server
-
-    @property
-    def server_port(self) -> int:
-        return self.server.port
-
     def make(self) -> openai.STT:
-        return openai.STT(
-            api_key="sk-test",
-            base_url=self.server.base_url,
-            timeout=self.stall_timeout,
-            max_retries=self.retries,
-            retry_backoff=0.01,
-        )
+        return openai.STT(api_key="sk-test", timeout=self.stall_timeout, **self._client_options())
 
     def attempts(self) -> int:
         return len(self.server.transcription_requests)
