@@ -14,6 +14,7 @@ import { ClientStore } from "./store.js";
 /** What the indicator shows: the agent's state while connected, else the connection's. */
 export type IndicatorState = AgentStateName | Exclude<ClientState, "connected">;
 
+/** The words shown, by state. */
 export const AGENT_STATE_LABELS: Readonly<Record<IndicatorState, string>> = {
   idle: "Not connected",
   connecting: "Connecting",
@@ -51,6 +52,8 @@ export function indicatorState(clientState: ClientState, agentState: AgentStateN
   return agentState ?? "initializing";
 }
 
+/** A dot and a word for what the agent is doing (`role="status"`: screen readers say the
+ * changes); `title` and `data-state` hold the technical state. */
 export function AgentStateIndicator({ client, labels, className, style }: AgentStateIndicatorProps): ReactElement {
   const found = useClient(client, "AgentStateIndicator");
   const store = ClientStore.of(found);
