@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest chromium node js js-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo test lint typecheck pytest chromium node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ demo: $(STAMP) js
 	@$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
-test: lint typecheck js-test pytest
+test: lint typecheck js-test react-test pytest
 
 # The TypeScript SDK (clients/js): node and npm from Debian when missing, its pinned
 # devDependencies from the npm registry (npm ci: exactly package-lock.json), then the
@@ -56,6 +56,25 @@ js-test: $(STAMP) js
 	$(BIN)/python -m rejoinder.io.protocol_schema --check
 	cd $(JS) && npm run --silent gen:types -- --check
 
+# The React hooks (clients/react) on the SDK, and their example app (the browser test
+# serves the built example next to an agent).
+REACT := clients/react
+
+$(REACT)/node_modules/.installed: $(REACT)/package.json $(REACT)/package-lock.json | node
+	cd $(REACT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(REACT)/dist/index.js: $(REACT)/node_modules/.installed $(PAGE_SDK) $(wildcard $(REACT)/src/*.ts $(REACT)/src/*.tsx) $(REACT)/scripts/build.mjs
+	cd $(REACT) && npm run --silent build
+
+$(REACT)/example/dist/app.js: $(REACT)/dist/index.js $(wildcard $(REACT)/example/*.tsx $(REACT)/example/*.html) $(REACT)/example/build.mjs
+	cd $(REACT) && npm run --silent build:example
+
+react: $(REACT)/example/dist/app.js
+
+react-test: react
+	cd $(REACT) && node --test test/*.test.mjs
+
 # Regenerate the protocol's schema and TypeScript types after changing rejoinder/io/protocol.py.
 protocol-types: $(STAMP) $(JS)/node_modules/.installed
 	$(BIN)/python -m rejoinder.io.protocol_schema
@@ -76,7 +95,7 @@ typecheck: $(STAMP)
 # (3 of 6 runs failed one of them on a 2-core machine).
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
-pytest: $(STAMP) chromium js
+pytest: $(STAMP) chromium js react
 	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15
 
