@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import pytest
 
@@ -24,6 +24,8 @@ __all__ = [
     "GRACE",
     "NotSupported",
     "Snapshot",
+    "aclose_is_idempotent",
+    "cancel_after_first",
     "elapsed_since",
     "only",
     "stage",
@@ -34,6 +36,24 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+ModelT = TypeVar("ModelT", bound=Closable)
+_MadeT = TypeVar("_MadeT", bound=Closable, covariant=True)
+
+
+class MakesModels(Protocol[_MadeT]):
+    """What a harness has that the shared checks use."""
+
+    @property
+    def server_port(self) -> int | None: ...
+
+    def make(self) -> _MadeT: ...
+
 
 GRACE = 1.0
 """Seconds a bounded failure may come after the bound the harness states (scheduling,
@@ -103,6 +123,42 @@ async def within(seconds: float, awaitable: Awaitable[T], what: str) -> T:
             return await awaitable
     except TimeoutError:
         raise AssertionError(f"{what} did not finish within {seconds:g} s") from None
+
+
+async def cancel_after_first(
+    items: AsyncIterator[Any], give_up: float, first: str, what: str
+) -> None:
+    """Read ``items`` in a task until the first one (``first`` says what it is), then
+    cancel the task: it must end with ``CancelledError`` within 5 s."""
+    arrived = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in items:
+            arrived.set()
+
+    task = asyncio.create_task(consume())
+    await within(give_up, arrived.wait(), first)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(5.0, task, what)
+
+
+async def aclose_is_idempotent(
+    harness: MakesModels[ModelT], kind: str, use: Callable[[ModelT], Awaitable[None]]
+) -> None:
+    """``aclose`` of an unused model returns; ``aclose`` of one that was ``use``d (a
+    request, a synthesis, an utterance) releases everything; a second ``aclose`` is
+    harmless."""
+    snapshot = Snapshot(harness.server_port)
+    unused = harness.make()
+    await within(10.0, unused.aclose(), f"aclose of an unused {kind}")
+    model = harness.make()
+    try:
+        await use(model)
+    finally:
+        await within(10.0, model.aclose(), "aclose")
+    await within(10.0, model.aclose(), "a second aclose")
+    await snapshot.assert_released("aclose")
 
 
 def elapsed_since(started: float) -> float:

@@ -15,6 +15,7 @@ everything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -26,6 +27,8 @@ import pytest_asyncio
 from ...models import LLM, ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolDefinition, Usage
 from ._common import (
     Snapshot,
+    aclose_is_idempotent,
+    cancel_after_first,
     elapsed_since,
     only,
     stage,
@@ -163,11 +166,8 @@ class LLMConformance:
     @pytest_asyncio.fixture
     async def llm(self, harness: LLMHarness) -> AsyncIterator[LLM]:
         """An LLM from the harness, closed after the test."""
-        made = harness.make()
-        try:
+        async with contextlib.aclosing(harness.make()) as made:
             yield made
-        finally:
-            await made.aclose()
 
     # -- a reply -----------------------------------------------------------------------------
 
@@ -331,17 +331,8 @@ class LLMConformance:
         await _reply(llm, "a first request")
         snapshot = Snapshot()
         stage(harness, "stall", "one")
-        first = asyncio.Event()
-
-        async def consume() -> None:
-            async for _ in llm.chat(_user_says()):
-                first.set()
-
-        task = asyncio.create_task(consume())
-        await within(GIVE_UP, first.wait(), "the first delta")
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await within(5.0, task, "the cancelled stream")
+        stream = llm.chat(_user_says())
+        await cancel_after_first(stream, GIVE_UP, "the first delta", "the cancelled stream")
         await snapshot.assert_released("a cancelled stream")
         harness.reply_text("again")
         assert _text(await _reply(llm, "the request after a cancel")) == "again"
@@ -381,14 +372,8 @@ class LLMConformance:
         await snapshot.assert_released("aclose with a stream open")
 
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: LLMHarness) -> None:
-        snapshot = Snapshot(harness.server_port)
-        unused = harness.make()
-        await within(5.0, unused.aclose(), "aclose of an unused LLM")
-        llm = harness.make()
-        harness.reply_text("Hello")
-        try:
+        async def request(llm: LLM) -> None:
+            harness.reply_text("Hello")
             assert _text(await _reply(llm, "a request")) == "Hello"
-        finally:
-            await within(10.0, llm.aclose(), "aclose")
-        await within(10.0, llm.aclose(), "a second aclose")
-        await snapshot.assert_released("aclose")
+
+        await aclose_is_idempotent(harness, "LLM", request)

@@ -20,6 +20,7 @@ running or connected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -234,11 +235,8 @@ class RealtimeConformance:
     @pytest_asyncio.fixture
     async def model(self, harness: RealtimeHarness) -> AsyncIterator[RealtimeModel]:
         """A model from the harness, closed after the test."""
-        made = harness.make()
-        try:
+        async with contextlib.aclosing(harness.make()) as made:
             yield made
-        finally:
-            await made.aclose()
 
     @pytest_asyncio.fixture
     async def live(self, model: RealtimeModel) -> AsyncIterator[tuple[RealtimeSession, Recorder]]:

@@ -16,6 +16,7 @@ nothing once the recognizer is closed; ``aclose`` is idempotent and releases eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, ClassVar
@@ -27,6 +28,7 @@ from ...models.stt import STT, StreamingSTT, STTError
 from ._common import (
     NotSupported,
     Snapshot,
+    aclose_is_idempotent,
     elapsed_since,
     only,
     stage,
@@ -151,11 +153,8 @@ class STTConformance:
     @pytest_asyncio.fixture
     async def stt(self, harness: STTHarness) -> AsyncIterator[STT]:
         """A recognizer from the harness, closed after the test."""
-        made = harness.make()
-        try:
+        async with contextlib.aclosing(harness.make()) as made:
             yield made
-        finally:
-            await made.aclose()
 
     # -- transcripts -------------------------------------------------------------------------
 
@@ -309,14 +308,8 @@ class STTConformance:
         await snapshot.assert_released("aclose with a recognition open")
 
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: STTHarness) -> None:
-        snapshot = Snapshot(harness.server_port)
-        unused = harness.make()
-        await within(10.0, unused.aclose(), "aclose of an unused recognizer")
-        stt = harness.make()
-        harness.transcript(FIRST)
-        try:
+        async def utterance(stt: STT) -> None:
+            harness.transcript(FIRST)
             assert await _heard(stt, harness.speech(), "an utterance") == FIRST
-        finally:
-            await within(10.0, stt.aclose(), "aclose")
-        await within(10.0, stt.aclose(), "a second aclose")
-        await snapshot.assert_released("aclose")
+
+        await aclose_is_idempotent(harness, "recognizer", utterance)

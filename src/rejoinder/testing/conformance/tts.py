@@ -16,6 +16,7 @@ releases everything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import ClassVar
@@ -27,6 +28,8 @@ from ...models.tts import TTS, StreamingTTS, TTSError, WordTiming
 from ._common import (
     NotSupported,
     Snapshot,
+    aclose_is_idempotent,
+    cancel_after_first,
     elapsed_since,
     only,
     stage,
@@ -190,11 +193,8 @@ class TTSConformance:
     @pytest_asyncio.fixture
     async def tts(self, harness: TTSHarness) -> AsyncIterator[TTS]:
         """An engine from the harness, closed after the test."""
-        made = harness.make()
-        try:
+        async with contextlib.aclosing(harness.make()) as made:
             yield made
-        finally:
-            await made.aclose()
 
     # -- speech ------------------------------------------------------------------------------
 
@@ -329,17 +329,8 @@ class TTSConformance:
         await _spoken(tts, TEXT, "a first synthesis")
         snapshot = Snapshot()
         harness.speak(TEXT, pace=1.0)
-        first = asyncio.Event()
-
-        async def consume() -> None:
-            async for _ in tts.synthesize(TEXT):
-                first.set()
-
-        task = asyncio.create_task(consume())
-        await within(GIVE_UP, first.wait(), "the first audio")
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await within(5.0, task, "the cancelled synthesis")
+        synthesis = tts.synthesize(TEXT)
+        await cancel_after_first(synthesis, GIVE_UP, "the first audio", "the cancelled synthesis")
         await snapshot.assert_released("a cancelled synthesis")
         seconds = harness.speak(TEXT)
         _whole(await _spoken(tts, TEXT, "the synthesis after"), seconds, "the synthesis after")
@@ -388,14 +379,8 @@ class TTSConformance:
         await snapshot.assert_released("aclose with a synthesis open")
 
     async def test_aclose_is_idempotent_and_releases_everything(self, harness: TTSHarness) -> None:
-        snapshot = Snapshot(harness.server_port)
-        unused = harness.make()
-        await within(10.0, unused.aclose(), "aclose of an unused engine")
-        tts = harness.make()
-        seconds = harness.speak(TEXT)
-        try:
+        async def synthesis(tts: TTS) -> None:
+            seconds = harness.speak(TEXT)
             _whole(await _spoken(tts, TEXT, "a synthesis"), seconds, "a synthesis")
-        finally:
-            await within(10.0, tts.aclose(), "aclose")
-        await within(10.0, tts.aclose(), "a second aclose")
-        await snapshot.assert_released("aclose")
+
+        await aclose_is_idempotent(harness, "engine", synthesis)
