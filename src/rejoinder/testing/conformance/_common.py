@@ -23,6 +23,7 @@ from ._errors import NotSupported
 __all__ = [
     "GRACE",
     "NotSupported",
+    "ServedHarness",
     "Snapshot",
     "aclose_is_idempotent",
     "cancel_after_first",
@@ -61,6 +62,17 @@ a close handshake), on top of a fifth of that bound."""
 
 SETTLE = 5.0
 """Seconds the leak checks wait for tasks and connections to end after ``aclose``."""
+
+
+class ServedHarness:
+    """What every harness shares: the loopback server it scripts may be checked for
+    connections left open (override ``server_port``)."""
+
+    @property
+    def server_port(self) -> int | None:
+        """The server's port on 127.0.0.1, to check that ``aclose`` closed every
+        connection to it (``None``: not checked)."""
+        return None
 
 
 def suite_marks() -> list[pytest.MarkDecorator]:

@@ -26,6 +26,7 @@ import pytest_asyncio
 
 from ...models import LLM, ChatChunk, ChatContext, LLMError, ToolCallRequest, ToolDefinition, Usage
 from ._common import (
+    ServedHarness,
     Snapshot,
     aclose_is_idempotent,
     cancel_after_first,
@@ -53,7 +54,7 @@ WEATHER = ToolDefinition(
 )
 
 
-class LLMHarness(ABC):
+class LLMHarness(ServedHarness, ABC):
     """What ``LLMConformance`` needs from a provider's test: a way to make the LLM, and
     a way to script what its server answers to the *next* request. Each scripting method
     queues one outcome (``times`` of them where it says so); the suite calls it just
@@ -67,12 +68,6 @@ class LLMHarness(ABC):
     """How many times the LLMs ``make`` returns retry a transient failure (their
     ``max_retries``); at least 1. Give them a short backoff, so the suite stays fast
     where it does not run on virtual time."""
-
-    @property
-    def server_port(self) -> int | None:
-        """The server's port on 127.0.0.1, to check that ``aclose`` closed every
-        connection to it (``None``: not checked)."""
-        return None
 
     @abstractmethod
     def make(self) -> LLM:

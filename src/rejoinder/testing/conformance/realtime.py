@@ -50,6 +50,7 @@ from ...models.realtime import (
 from ...models.tools import ToolDefinition
 from ._common import (
     NotSupported,
+    ServedHarness,
     Snapshot,
     elapsed_since,
     only,
@@ -74,7 +75,7 @@ WEATHER = ToolDefinition(
 CONFIG = RealtimeConfig(instructions="Be brief.", tools=[WEATHER])
 
 
-class RealtimeHarness(ABC):
+class RealtimeHarness(ServedHarness, ABC):
     """What ``RealtimeConformance`` needs from a provider's test: a way to make the model,
     to refuse or stall its next connections, and to script what the server sends on the
     live one. A scenario the server cannot stage raises ``NotSupported("why")`` and the
@@ -87,12 +88,6 @@ class RealtimeHarness(ABC):
     retries: ClassVar[int] = 2
     """How many times ``start`` retries a transient refusal with the models ``make``
     returns (their ``max_retries``); at least 1. Give them a short backoff."""
-
-    @property
-    def server_port(self) -> int | None:
-        """The server's port on 127.0.0.1, to check that ``aclose`` closed every
-        connection to it (``None``: not checked)."""
-        return None
 
     @abstractmethod
     def make(self) -> RealtimeModel:

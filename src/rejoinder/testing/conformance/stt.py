@@ -27,6 +27,7 @@ import pytest_asyncio
 from ...models.stt import STT, StreamingSTT, STTError
 from ._common import (
     NotSupported,
+    ServedHarness,
     Snapshot,
     aclose_is_idempotent,
     elapsed_since,
@@ -49,7 +50,7 @@ FIRST = "Hello there."
 SECOND = "Book a table."
 
 
-class STTHarness(ABC):
+class STTHarness(ServedHarness, ABC):
     """What ``STTConformance`` needs from a provider's test: a way to make the recognizer,
     the audio of an utterance, and a way to script how its server hears the *next*
     utterance (or answers the next connection). A scenario the server cannot stage raises
@@ -62,12 +63,6 @@ class STTHarness(ABC):
     retries: ClassVar[int] = 2
     """How many times the recognizers ``make`` returns retry a transient refusal (their
     ``max_retries``); at least 1. Give them a short backoff."""
-
-    @property
-    def server_port(self) -> int | None:
-        """The server's port on 127.0.0.1, to check that ``aclose`` closed every
-        connection to it (``None``: not checked)."""
-        return None
 
     def speech(self) -> list[AudioFrame]:
         """One utterance of audio the server hears as speech: 0.6 s of a loud tone in

@@ -27,6 +27,7 @@ import pytest_asyncio
 from ...models.tts import TTS, StreamingTTS, TTSError, WordTiming
 from ._common import (
     NotSupported,
+    ServedHarness,
     Snapshot,
     aclose_is_idempotent,
     cancel_after_first,
@@ -48,7 +49,7 @@ FRAME_TOLERANCE = 0.05
 rounding at its end)."""
 
 
-class TTSHarness(ABC):
+class TTSHarness(ServedHarness, ABC):
     """What ``TTSConformance`` needs from a provider's test: a way to make the engine, and
     a way to script what its server answers to the *next* synthesis. A scenario the server
     cannot stage raises ``NotSupported("why")`` and the tests that need it are skipped."""
@@ -59,12 +60,6 @@ class TTSHarness(ABC):
     retries: ClassVar[int] = 2
     """How many times the engines ``make`` returns retry a transient failure before the
     first audio (their ``max_retries``); at least 1. Give them a short backoff."""
-
-    @property
-    def server_port(self) -> int | None:
-        """The server's port on 127.0.0.1, to check that ``aclose`` closed every
-        connection to it (``None``: not checked)."""
-        return None
 
     @abstractmethod
     def make(self) -> TTS:
