@@ -6,6 +6,7 @@ the test, and the ``server`` fixture."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
@@ -28,6 +29,16 @@ class _Pushed(Protocol):
 def speech(seconds: float, rate: int = 16000) -> list[AudioFrame]:
     """``seconds`` of loud tone in 20 ms frames: what the servers hear as speech."""
     return [speech_frame(0.02, rate) for _ in range(round(seconds / 0.02))]
+
+
+def stereo_speech(seconds: float) -> list[AudioFrame]:
+    """``speech`` at 48 kHz in two channels: what a client must resample and mix down."""
+    import numpy as np
+
+    return [
+        AudioFrame(np.repeat(frame.data, 2), 48000, num_channels=2)
+        for frame in speech(seconds, rate=48000)
+    ]
 
 
 def silence(seconds: float) -> list[AudioFrame]:
@@ -142,6 +153,14 @@ async def closing_factory(
     yield factory
     for client in made:
         await client.aclose()
+
+
+def unused_port() -> int:
+    """A port on 127.0.0.1 nobody listens on (it was free a moment ago): a client's
+    connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 # -- the server ------------------------------------------------------------------------------

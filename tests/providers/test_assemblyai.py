@@ -6,17 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import rejoinder as rj
-from rejoinder.models.audio import AudioFrame
 from rejoinder.models.stt import StreamingSTT, STTError
 from rejoinder.providers import assemblyai
 from rejoinder.providers.assemblyai import _wire
@@ -30,7 +27,7 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.assemblyai_server import AssemblyAIServer, Fault, Said
 
-from ._servers import say, serving, silence, speech
+from ._servers import say, serving, silence, speech, stereo_speech, unused_port
 
 pytestmark = pytest.mark.looptime(noop_cycles=200)
 
@@ -226,10 +223,7 @@ async def test_recognize_without_push_streams_the_frames(server: AssemblyAIServe
 async def test_frames_are_resampled_and_mixed_down(server: AssemblyAIServer) -> None:
     stt = make_stt(server)
     try:
-        stereo = [
-            AudioFrame(np.repeat(frame.data, 2), 48000, num_channels=2)
-            for frame in speech(0.5, rate=48000)
-        ]
+        stereo = stereo_speech(0.5)
         assert await stt.recognize(stereo) == HELLO
     finally:
         await stt.aclose()
@@ -327,9 +321,7 @@ async def test_retries_give_up_with_a_retryable_error(server: AssemblyAIServer) 
 
 
 async def test_connection_refused_is_a_retryable_error() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = unused_port()
     stt = assemblyai.STT(base_url=f"ws://127.0.0.1:{port}/v3", api_key=KEY, max_retries=0)
     try:
         with pytest.raises(STTError, match="cannot connect") as caught:

@@ -4,14 +4,11 @@ virtual time (see test_openai_realtime.py for why the marker is enough)."""
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any
 
-import numpy as np
 import pytest
 
 import rejoinder as rj
-from rejoinder.models.audio import AudioFrame
 from rejoinder.models.stt import StreamingSTT, STTError
 from rejoinder.providers import deepgram
 from rejoinder.testing import (
@@ -25,7 +22,7 @@ from rejoinder.testing import (
 )
 from rejoinder.testing.deepgram_server import DeepgramServer, Fault
 
-from ._servers import say, serving, silence, speech
+from ._servers import say, serving, silence, speech, stereo_speech, unused_port
 
 pytestmark = pytest.mark.looptime(noop_cycles=200)
 
@@ -149,10 +146,7 @@ async def test_recognize_without_push_streams_the_frames(server: DeepgramServer)
 async def test_frames_are_resampled_and_mixed_down(server: DeepgramServer) -> None:
     stt = make_stt(server)
     try:
-        stereo = [
-            AudioFrame(np.repeat(frame.data, 2), 48000, num_channels=2)
-            for frame in speech(0.5, rate=48000)
-        ]
+        stereo = stereo_speech(0.5)
         assert await stt.recognize(stereo) == HELLO
     finally:
         await stt.aclose()
@@ -258,9 +252,7 @@ async def test_retries_give_up_with_a_retryable_error(server: DeepgramServer) ->
 
 
 async def test_connection_refused_is_a_retryable_error() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = unused_port()
     stt = deepgram.STT(base_url=f"ws://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
     try:
         with pytest.raises(STTError, match="cannot connect") as caught:

@@ -5,7 +5,6 @@ close mid-turn; and closing, bounded and leaving nothing behind."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -23,7 +22,7 @@ from rejoinder.providers.google.live import Live
 from rejoinder.testing import advance, now
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
-from ._servers import serving
+from ._servers import serving, unused_port
 from .test_gemini_live import Connect, connecting, live_tasks, output, tone
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -110,9 +109,7 @@ async def test_a_stalled_setup_is_bounded_by_connect_timeout(server: GeminiLiveS
 
 
 async def test_nothing_listening_is_a_transient_start_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = unused_port()
     model = Live(api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=0)
     with pytest.raises(RealtimeError, match="cannot connect") as caught:
         await model.session().start(RealtimeConfig("x"))

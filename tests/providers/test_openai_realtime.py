@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +36,8 @@ from rejoinder.models.tools import ToolDefinition
 from rejoinder.providers.openai.realtime import OpenAIRealtimeSession, Realtime
 from rejoinder.testing import advance, now
 from rejoinder.testing.openai_realtime_server import OpenAIRealtimeServer
+
+from ._servers import unused_port
 
 # Virtual time (looptime), as in test_openai_chat.py: the loopback server runs in the
 # test's loop and loopback TCP delivers writes before send() returns, so the clock only
@@ -268,9 +269,7 @@ async def test_start_is_bounded_by_connect_timeout() -> None:
 
 
 async def test_nothing_listening_is_a_non_fatal_start_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = unused_port()
     model = Realtime(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test")
     with pytest.raises(RealtimeError, match="cannot connect") as caught:
         await model.session().start(RealtimeConfig("x"))
