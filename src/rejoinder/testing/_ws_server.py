@@ -73,3 +73,26 @@ class WebSocketServer(LoopbackServer, Generic[FaultT]):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class ScriptedFaultServer(WebSocketServer[FaultT]):
+    """A text-to-speech server: its key, the seconds of tone a character is, the faults
+    ``script``ed for the next connections, and what it accepted and refused."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        seconds_per_char: float,
+        faults: Iterable[FaultT],
+        port: int,
+    ) -> None:
+        super().__init__(faults=faults, port=port)
+        self.api_key = api_key
+        self.seconds_per_char = seconds_per_char
+        self.refused = 0
+        """How many handshakes were refused."""
+
+    def script(self, *faults: FaultT) -> None:
+        """Faults for the next connections, one each (then they behave)."""
+        self._faults.extend(faults)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._tone import json_number, tone_for
 from ._ws_faults import AudioFaults, Cut, Refuse, Stall
-from ._ws_server import WebSocketServer
+from ._ws_server import ScriptedFaultServer
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -135,7 +135,7 @@ class Connection:
     closed_with: tuple[int, str] | None = None
 
 
-class CartesiaServer(WebSocketServer[Fault]):
+class CartesiaServer(ScriptedFaultServer[Fault]):
     def __init__(
         self,
         *,
@@ -147,16 +147,15 @@ class CartesiaServer(WebSocketServer[Fault]):
         faults: tuple[Fault, ...] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(faults=faults, port=port)
-        self.api_key = api_key
-        self.seconds_per_char = seconds_per_char
+        super().__init__(
+            api_key=api_key, seconds_per_char=seconds_per_char, faults=faults, port=port
+        )
         self.chars_per_chunk = chars_per_chunk
         self.chunk_delay = chunk_delay
         """Seconds before each chunk (loop time): a real-time pace for session tests."""
         self.idle_timeout = idle_timeout
         self.connections: list[Connection] = []
         """Every connection that passed the handshake, in order."""
-        self.refused = 0
 
     @property
     def base_url(self) -> str:
@@ -167,10 +166,6 @@ class CartesiaServer(WebSocketServer[Fault]):
     def open_sockets(self) -> int:
         """Connections still open on the server's side."""
         return len(self._sockets)
-
-    def script(self, *faults: Fault) -> None:
-        """Faults for the next connections, one each (then they behave)."""
-        self._faults.extend(faults)
 
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/tts/websocket", self._handle)

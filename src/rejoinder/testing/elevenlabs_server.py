@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._tone import json_number, tone_for
 from ._ws_faults import AudioFaults, Cut, Refuse, Stall
-from ._ws_server import WebSocketServer
+from ._ws_server import ScriptedFaultServer
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -102,7 +102,7 @@ class _Closed(Exception):
         self.code, self.reason = code, reason
 
 
-class ElevenLabsServer(WebSocketServer[Fault]):
+class ElevenLabsServer(ScriptedFaultServer[Fault]):
     def __init__(
         self,
         *,
@@ -114,25 +114,20 @@ class ElevenLabsServer(WebSocketServer[Fault]):
         faults: tuple[Fault, ...] = (),
         port: int = 0,
     ) -> None:
-        super().__init__(faults=faults, port=port)
-        self.api_key = api_key
-        self.seconds_per_char = seconds_per_char
+        super().__init__(
+            api_key=api_key, seconds_per_char=seconds_per_char, faults=faults, port=port
+        )
         self.chars_per_message = chars_per_message
         self.message_delay = message_delay
         """Seconds before each audio message (loop time)."""
         self.inactivity_timeout = inactivity_timeout
         self.connections: list[Connection] = []
         """Every connection that passed the handshake, in order."""
-        self.refused = 0
 
     @property
     def base_url(self) -> str:
         """``ws://127.0.0.1:<port>/v1``."""
         return f"ws://127.0.0.1:{self.port}/v1"
-
-    def script(self, *faults: Fault) -> None:
-        """Faults for the next connections, one each (then they behave)."""
-        self._faults.extend(faults)
 
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/text-to-speech/{voice_id}/stream-input", self._handle)
