@@ -13,9 +13,9 @@ import asyncio
 import json
 import sys
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from ._ws_server import WebSocketServer
 
@@ -61,12 +61,24 @@ ConnectionT = TypeVar("ConnectionT", bound=ListenConnection)
 class ListenServer(WebSocketServer[FaultT | None], Generic[FaultT, ConnectionT]):
     """A speech-to-text server: refusals, faults and connections, one handler each."""
 
+    _root: ClassVar[str]
+    """The API's root path (``/v1``): ``base_url`` ends with it."""
+    _endpoint: ClassVar[str]
+    """The WebSocket's path under the root (``/listen``)."""
+    _connection_type: ClassVar[Callable[..., Any]]
+    """The server's ``ListenConnection`` class (a class variable cannot name ``ConnectionT``)."""
+
     def __init__(self, *, faults: Iterable[FaultT | None] = (), port: int = 0) -> None:
         super().__init__(faults=faults, port=port)
         self._refusals: deque[tuple[int, str]] = deque()
         self.connections: list[ConnectionT] = []
         self.refused: list[int] = []
         """The status of every refused handshake, in order."""
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give a client: ``ws://127.0.0.1:<port>`` and the root."""
+        return f"ws://127.0.0.1:{self.port}{self._root}"
 
     def add_faults(self, *faults: FaultT | None) -> None:
         self._faults.extend(faults)
@@ -79,8 +91,8 @@ class ListenServer(WebSocketServer[FaultT | None], Generic[FaultT, ConnectionT])
         """The refusal to answer the handshake with, if any."""
         raise NotImplementedError
 
-    def _connection(self, request: web.Request) -> ConnectionT:
-        raise NotImplementedError
+    def _add_routes(self, app: web.Application) -> None:
+        app.router.add_get(self._root + self._endpoint, self._serve)
 
     async def _converse(
         self, ws: web.WebSocketResponse, request: web.Request, connection: ConnectionT
@@ -96,7 +108,9 @@ class ListenServer(WebSocketServer[FaultT | None], Generic[FaultT, ConnectionT])
                 return refusal
             # No goodbye on close: cancelling the handler is how these servers stop.
             ws = await self._accept(request, goodbye_on_close=False)
-            connection = self._connection(request)
+            connection: ConnectionT = self._connection_type(
+                dict(request.query), dict(request.headers)
+            )
             self.connections.append(connection)
             try:
                 await self._converse(ws, request, connection)

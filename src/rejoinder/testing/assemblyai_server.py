@@ -116,6 +116,8 @@ class _Heard:
 
 
 class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
+    _root, _endpoint, _connection_type = "/v3", "/ws", AssemblyAIConnection
+
     def __init__(
         self,
         *,
@@ -137,10 +139,6 @@ class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
         self._session_ends: deque[tuple[int, str]] = deque()
         # ``refused`` also has the code of every session ended before ``Begin``.
 
-    @property
-    def base_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v3"
-
     def add_transcripts(self, *transcripts: str | Said) -> None:
         for said in transcripts:
             if isinstance(said, str):
@@ -151,12 +149,6 @@ class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
         """Accept the next ``times`` upgrades, then send an ``Error`` and close with
         ``code`` before ``Begin`` (1008 for a bad key, 3009 for too many sessions)."""
         self._session_ends.extend([(code, reason)] * times)
-
-    def _add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/v3/ws", self._serve)
-
-    def _connection(self, request: web.Request) -> AssemblyAIConnection:
-        return AssemblyAIConnection(dict(request.query), dict(request.headers))
 
     async def _converse(
         self, ws: web.WebSocketResponse, request: web.Request, connection: AssemblyAIConnection

@@ -88,6 +88,8 @@ class _Heard:
 
 
 class DeepgramServer(ListenServer[Fault, DeepgramConnection]):
+    _root, _endpoint, _connection_type = "/v1", "/listen", DeepgramConnection
+
     def __init__(
         self,
         *,
@@ -108,18 +110,8 @@ class DeepgramServer(ListenServer[Fault, DeepgramConnection]):
         self.speech_threshold = speech_threshold
         self.idle_timeout = idle_timeout
 
-    @property
-    def base_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1"
-
     def add_transcripts(self, *transcripts: str) -> None:
         self._transcripts.extend(transcripts)
-
-    def _add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/listen", self._serve)
-
-    def _connection(self, request: web.Request) -> DeepgramConnection:
-        return DeepgramConnection(dict(request.query), dict(request.headers))
 
     async def _converse(
         self, ws: web.WebSocketResponse, request: web.Request, connection: DeepgramConnection
