@@ -85,6 +85,29 @@ async def collect_frames(tts: TTS, frames: list[AudioFrame], text: str = SENTENC
             frames.append(item)
 
 
+async def stream_deltas(tts: Any, deltas: list[str]) -> list[AudioFrame | WordTiming]:
+    """Push ``deltas`` into a new stream of ``tts`` 0.1 s apart (as an LLM writes them)
+    while reading it, end the input, and close the stream and ``tts``: what it yielded."""
+    from rejoinder.testing import advance
+
+    stream = tts.stream()
+    items: list[AudioFrame | WordTiming] = []
+
+    async def read() -> None:
+        async for item in stream:
+            items.append(item)
+
+    reader = asyncio.ensure_future(read())
+    for delta in deltas:
+        stream.push_text(delta)
+        await advance(0.1)
+    stream.end_input()
+    await asyncio.wait_for(reader, 10)
+    await stream.aclose()
+    await tts.aclose()
+    return items
+
+
 async def collect_stream(stream: Any) -> list[WordTiming]:
     """The word timings of a streaming synthesis."""
     return [item async for item in stream if isinstance(item, WordTiming)]

@@ -27,7 +27,7 @@ from rejoinder.testing.cartesia_server import (
 )
 
 from .._samples import run_example
-from ._servers import SENTENCE, collect_frames, collect_stream, serving, synthesize
+from ._servers import SENTENCE, collect_frames, collect_stream, serving, stream_deltas, synthesize
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -113,21 +113,7 @@ async def test_frames_and_words_as_written_follow_the_servers_audio(
 
 async def test_streamed_deltas_are_sent_verbatim_in_whole_words(server: CartesiaServer) -> None:
     tts = make_tts(server)
-    stream = tts.stream()
-    items: list[AudioFrame | WordTiming] = []
-
-    async def read() -> None:
-        async for item in stream:
-            items.append(item)
-
-    reader = asyncio.ensure_future(read())
-    for delta in ["  Hel", "lo wo", "rld,  how ", "are", " you?"]:
-        stream.push_text(delta)
-        await advance(0.1)
-    stream.end_input()
-    await asyncio.wait_for(reader, 10)
-    await stream.aclose()
-    await tts.aclose()
+    items = await stream_deltas(tts, ["  Hel", "lo wo", "rld,  how ", "are", " you?"])
     [connection] = server.connections
     # Joined verbatim by the server: leading space dropped, inner spaces kept.
     assert [m["transcript"] for m in connection.messages] == [

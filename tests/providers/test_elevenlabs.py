@@ -23,7 +23,7 @@ from rejoinder.testing.elevenlabs_server import (
     Stall,
 )
 
-from ._servers import SENTENCE, collect_frames, collect_stream, serving, synthesize
+from ._servers import SENTENCE, collect_frames, collect_stream, serving, stream_deltas, synthesize
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
 
@@ -115,21 +115,7 @@ async def test_streamed_deltas_split_mid_word_are_sent_as_whole_words(
     server: ElevenLabsServer,
 ) -> None:
     tts = make_tts(server)
-    stream = tts.stream()
-    items: list[AudioFrame | WordTiming] = []
-
-    async def read() -> None:
-        async for item in stream:
-            items.append(item)
-
-    reader = asyncio.ensure_future(read())
-    for delta in ["Hel", "lo wo", "rld, how ", "are", " you?"]:
-        stream.push_text(delta)
-        await advance(0.1)
-    stream.end_input()
-    await asyncio.wait_for(reader, 10)
-    await stream.aclose()
-    await tts.aclose()
+    items = await stream_deltas(tts, ["Hel", "lo wo", "rld, how ", "are", " you?"])
     [connection] = server.connections
     assert [m["text"] for m in connection.messages[1:]] == [
         "Hello ",
