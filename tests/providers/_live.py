@@ -1,11 +1,14 @@
 """What the tests of the realtime (speech-to-speech) sessions against their loopback
-servers share: a recorder of a session's events to wait on by type."""
+servers share: a recorder of a session's events to wait on by type, and, for the tests
+that run whole sessions on a rig, the ``rigs`` fixture and a spoken turn played out."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+
+import pytest
 
 from rejoinder.models.realtime import RealtimeEvent
 
@@ -50,3 +53,23 @@ class Recorder:
             while not predicate():
                 self._changed.clear()
                 await self._changed.wait()
+
+
+def rigs_fixture() -> Any:
+    """The ``rigs`` fixture: a list the test appends its rigs to, each closed after the
+    test. In a test module: ``rigs = rigs_fixture()``."""
+
+    @pytest.fixture(name="rigs")
+    async def rigs() -> AsyncIterator[list[Any]]:
+        made: list[Any] = []
+        yield made
+        for rig in made:
+            await rig.aclose()
+
+    return rigs
+
+
+async def spoken_turn(server: Any, rig: Any, text: str, seconds: float = 1.0) -> None:
+    """A whole spoken turn of ``seconds`` saying ``text``, played out on ``rig``."""
+    await server.answer(text, seconds)
+    await rig.settle(seconds + 0.2)

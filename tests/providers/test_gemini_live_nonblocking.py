@@ -9,7 +9,6 @@ user being reported speaking."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ from rejoinder.testing import now
 from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
 from ..scenarios.realtime_rig import Rig, start_rig
+from ._live import rigs_fixture, spoken_turn
 from ._servers import serving
 from .test_gemini_live import Connect, connecting
 
@@ -199,17 +199,7 @@ async def trips(server: GeminiLiveServer, rigs: list[Rig], **options: Any) -> tu
     return rig, agent
 
 
-@pytest.fixture
-async def rigs() -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.aclose()
-
-
-async def spoken_turn(server: GeminiLiveServer, rig: Rig, text: str, seconds: float = 1.0) -> None:
-    await server.answer(text, seconds)
-    await rig.settle(seconds + 0.2)
+rigs = rigs_fixture()
 
 
 async def test_when_idle_is_owed_until_spoken_and_waits_for_the_user(

@@ -7,7 +7,6 @@ does, and plays agent audio on virtual time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from rejoinder.testing.gemini_live_server import GeminiLiveServer
 
 from .._samples import run_example
 from ..scenarios.realtime_rig import Rig, Weather, start_rig
+from ._live import rigs_fixture, spoken_turn
 from ._servers import serving
 
 pytestmark = pytest.mark.looptime(noop_cycles=2000)
@@ -28,12 +28,7 @@ pytestmark = pytest.mark.looptime(noop_cycles=2000)
 server = serving(GeminiLiveServer)
 
 
-@pytest.fixture
-async def rigs() -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.aclose()
+rigs = rigs_fixture()
 
 
 async def gemini(
@@ -56,12 +51,6 @@ async def user_asks(server: GeminiLiveServer, rig: Rig, text: str) -> None:
     await rig.settle(0.3)
 
 
-async def answer(server: GeminiLiveServer, rig: Rig, text: str, seconds: float = 1.0) -> None:
-    """A whole spoken turn, played out."""
-    await server.answer(text, seconds)
-    await rig.settle(seconds + 0.2)
-
-
 # ----------------------------------------------------------------------- D1
 
 
@@ -79,7 +68,7 @@ async def test_d1_blocking_tool_round_trip_with_a_preamble(
     await rig.settle(1.0)  # the preamble played; the answer is owed
     assert rig.session.agent_state == "thinking"
     t_answer = now()
-    await answer(server, rig, "It's 18 degrees and sunny in Paris.")
+    await spoken_turn(server, rig, "It's 18 degrees and sunny in Paris.")
 
     assert rig.timeline.agent_states(since=t_turn) == [
         "listening",
@@ -162,7 +151,7 @@ async def test_a_drop_mid_answer_reconnects_and_the_conversation_goes_on(
     assert rig.timeline.agent_states(since=t0) == ["listening", "thinking", "speaking", "listening"]
     assert rig.owed == 0
     assert server.connections[1].resumed_from is not None
-    await answer(server, rig, "It is sunny in Oslo.")
+    await spoken_turn(server, rig, "It is sunny in Oslo.")
     assert rig.messages()[-1] == ("assistant", "It is sunny in Oslo.")
     assert rig.session.agent_state == "listening" and rig.owed == 0
 
@@ -183,7 +172,7 @@ async def test_a_go_away_changes_nothing_the_user_can_see(
     await rig.settle(1.0)
     assert len(server.connections) == 2 and server.connections[1].resumed_from is not None
     await user_asks(server, rig, "And the sun?")
-    await answer(server, rig, "The sun too, a little.")
+    await spoken_turn(server, rig, "The sun too, a little.")
 
     assert rig.timeline.agent_states(since=t0) == [
         "listening",
@@ -235,7 +224,7 @@ async def test_a_handoff_has_no_listening_gap_and_sets_the_new_agent_up(
     await rig.settle(0.2)
     assert rig.session.current_agent.id == "billing"
     assert rig.session.agent_state == "thinking"
-    await answer(server, rig, "Billing desk, how can I help?")
+    await spoken_turn(server, rig, "Billing desk, how can I help?")
     await rig.settle(1.0)
 
     assert rig.timeline.agent_states(since=t0) == ["listening", "thinking", "speaking", "listening"]
@@ -288,7 +277,7 @@ async def test_an_agent_task_awaited_by_a_tool_listens_for_the_user(
     await server.tool_call(("c1", "sign_up", {}))
     await rig.settle(0.5)
     assert rig.session.current_agent.id == "get_email"
-    await answer(server, rig, "What is your email?")
+    await spoken_turn(server, rig, "What is your email?")
     await rig.settle(2.0)  # the question was heard: the task waits for the user
     assert rig.session.agent_state == "listening"
     await user_asks(server, rig, "It is a at b dot com.")
@@ -296,7 +285,7 @@ async def test_an_agent_task_awaited_by_a_tool_listens_for_the_user(
     await server.wait_for("toolResponse", count=2)
     await rig.settle(0.5)
     assert rig.session.current_agent.id == "signup"
-    await answer(server, rig, "You are signed up.")
+    await spoken_turn(server, rig, "You are signed up.")
 
     assert rig.timeline.agent_states(since=t0) == [
         "listening",
@@ -357,7 +346,7 @@ async def test_garbage_mid_turn_leaves_nothing_stuck(
         await server.generation_complete()
         await server.turn_complete()
     await rig.settle(0.5)
-    await answer(server, rig, "Sunny.", seconds=0.5)
+    await spoken_turn(server, rig, "Sunny.", seconds=0.5)
     await rig.settle(0.5)
     assert rig.session.agent_state == "listening"
     assert rig.owed == 0
@@ -392,7 +381,7 @@ async def test_our_vad_sends_activity_and_reports_the_users_turns(
     assert kinds == ["setup", "realtimeInput.activityStart", "realtimeInput.activityEnd"]
     start = server.kinds().index("realtimeInput.activityStart")
     assert server.kinds()[start + 1] == "realtimeInput.audio"  # the onset, held, then sent
-    await answer(server, rig, "Hi! How can I help?")
+    await spoken_turn(server, rig, "Hi! How can I help?")
     assert rig.timeline.user_states(since=t0) == ["listening", "speaking", "listening"]
     assert rig.timeline.agent_states(since=t0) == ["listening", "thinking", "speaking", "listening"]
     assert rig.messages() == [("user", "Hello there."), ("assistant", "Hi! How can I help?")]
