@@ -1,10 +1,16 @@
 """The page in headless Chromium, talking to a real app on 127.0.0.1 in real time.
 
+The page runs on the TypeScript SDK (``@rejoinder/client``): ``rejoinder-client.js`` beside
+it is a copy of ``clients/js/dist/index.js``, which ``make demo`` builds and copies, and
+which the ``page_bundle`` fixture builds and copies when it is missing or older than the
+SDK's sources (skipping, saying why, without npm).
+
 Chromium's fake microphone plays a WAV that eSpeak NG spoke; the app's entry point runs
 the test kit's energy VAD and scripted STT/LLM with eSpeak NG as the TTS, so the answer
 is real speech. Each test checks what the page showed (``window.rejoinder``, filled from
-the protocol messages it received, and the DOM): the user's turn, a tool call,
-``thinking -> speaking -> listening``, the answer's transcript and audio that played.
+the client's events, and the DOM): the user's turn, a tool call,
+``thinking -> speaking -> listening``, the answer's transcript and audio that played; the
+Mute and Stop buttons; and, without the bundle, a page that says so instead of a blank one.
 
 Needs Debian's ``chromium`` (``make test`` installs it) and Playwright for Python, which
 drives it through ``executable_path`` (Playwright's own browser download is not used).
@@ -14,7 +20,12 @@ Screenshots go to ``$REJOINDER_SCREENSHOTS`` when set (else the test's tmp dir).
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import logging
 import os
+import shutil
+import subprocess
+import tempfile
 import wave
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -26,15 +37,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import rejoinder as rj
-from rejoinder.io import Connection, create_app
-from rejoinder.io.static import page_routes
+from rejoinder.io import Connection, create_app, static
+from rejoinder.io.static import BUNDLE_MISSING, CLIENT_BUNDLE, page_routes
 from rejoinder.testing import Fail, ScriptedLLM, ScriptedSTT, ScriptedVAD, ToolCall
 
 CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).parents[2]
+SDK = ROOT / "clients" / "js"
+STATIC = ROOT / "src" / "rejoinder" / "io" / "static"
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 pytestmark = [
     pytest.mark.looptime(False),
-    pytest.mark.timeout(40),
+    pytest.mark.timeout(60),  # the first test may build the SDK (npm ci: ~10 s)
     pytest.mark.skipif(
         not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
     ),
@@ -64,7 +78,55 @@ class Assistant(rj.Agent):
         return "three o'clock"
 
 
+needs_bundle = pytest.mark.usefixtures("page_bundle")
+
 # ---------------------------------------------------------------- fixtures
+
+
+def _older_than_sources(path: Path) -> bool:
+    """``path`` is missing or older than the SDK's sources."""
+    if not path.exists():
+        return True
+    sources = [*(SDK / "src").rglob("*.ts"), SDK / "scripts" / "build.mjs", SDK / "package.json"]
+    return max(source.stat().st_mtime for source in sources) > path.stat().st_mtime
+
+
+@pytest.fixture(scope="module")
+def page_bundle() -> Path:
+    """The SDK bundle beside the page (what ``make demo`` puts there): built with npm and
+    copied when missing or stale, one test process at a time (the lock is the one
+    tests/io/test_js_sdk_browser.py builds under: nobody rewrites the bundle another
+    worker is serving). The copy is renamed into place, never written where it is read."""
+    copy, built = STATIC / CLIENT_BUNDLE, SDK / "dist" / "index.js"
+
+    def npm(*args: str, timeout: float) -> None:
+        done = subprocess.run(
+            ["npm", *args], cwd=SDK, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if done.returncode != 0:
+            pytest.fail(
+                f"npm {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+            )
+
+    lock = Path(tempfile.gettempdir()) / "rejoinder-js-sdk-build.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        stale = _older_than_sources(copy) or (
+            built.exists() and built.stat().st_mtime > copy.stat().st_mtime
+        )
+        if stale:
+            if _older_than_sources(built):
+                if shutil.which("npm") is None:
+                    pytest.skip(
+                        f"npm is missing: the page's client bundle ({copy}) cannot be built"
+                    )
+                if not (SDK / "node_modules" / ".bin" / "esbuild").exists():
+                    npm("ci", "--no-audit", "--no-fund", timeout=300)
+                npm("run", "build", timeout=120)
+            with tempfile.NamedTemporaryFile(dir=STATIC, suffix=".part", delete=False) as part:
+                part.write(built.read_bytes())
+            os.replace(part.name, copy)
+    return copy
 
 
 def _speech_48k(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -102,6 +164,16 @@ def barge_in_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("mic")
     question = _speech_48k(QUESTION)
     return _write_wav(folder / "barge_in.wav", [0.6, question, 3.0, _speech_48k("Stop."), 15.0])
+
+
+@pytest.fixture(scope="module")
+def two_questions_wav(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, float]:
+    """4 s of silence, the question, 4 s, the question again; when the first one starts
+    and when it ends (seconds)."""
+    folder = tmp_path_factory.mktemp("mic")
+    question = _speech_48k(QUESTION)
+    path = _write_wav(folder / "two_questions.wav", [4.0, question, 4.0, question, 15.0])
+    return path, 4.0, 4.0 + len(question) / 48000
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +258,7 @@ async def _screenshot(page: Any, tmp_path: Path, name: str) -> None:
     folder = Path(os.environ.get("REJOINDER_SCREENSHOTS") or tmp_path)
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
     await page.wait_for_timeout(300)  # let the state swatches finish their transition
-    await page.screenshot(path=str(folder / f"{name}.png"))
+    await page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
 async def _seen(page: Any) -> dict[str, Any]:
@@ -241,6 +313,7 @@ def _check_answer(seen: dict[str, Any]) -> None:
 # ------------------------------------------------------------------- tests
 
 
+@needs_bundle
 async def test_websocket_page_shows_the_answer_it_played(
     serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
 ) -> None:
@@ -260,6 +333,7 @@ async def test_websocket_page_shows_the_answer_it_played(
     assert not page.errors
 
 
+@needs_bundle
 @pytest.mark.parametrize("transport", ["websocket", "webrtc"])
 async def test_barge_in_keeps_what_was_heard(
     serve: Any, open_page: Any, barge_in_wav: Path, tmp_path: Path, transport: str
@@ -286,6 +360,7 @@ async def test_barge_in_keeps_what_was_heard(
     assert not page.errors
 
 
+@needs_bundle
 async def test_webrtc_page_shows_the_answer_it_played(
     serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
 ) -> None:
@@ -327,6 +402,7 @@ def _name_the_colour(ctx: rj.ChatContext) -> list[str]:
     return ["I see red." if red > max(green, blue) + 60 else "I see no red."]
 
 
+@needs_bundle
 async def test_the_camera_is_shared_and_the_model_sees_a_still_of_it(
     serve: Any, open_page: Any, question_wav: Path, tmp_path: Path
 ) -> None:
@@ -361,6 +437,7 @@ async def test_the_camera_is_shared_and_the_model_sees_a_still_of_it(
     await page.wait_for_function("() => document.querySelector('#camera-preview').hidden")
 
 
+@needs_bundle
 async def test_typed_text_is_answered_and_errors_are_shown(
     serve: Any, open_page: Any, silent_wav: Path, tmp_path: Path
 ) -> None:
@@ -385,20 +462,81 @@ async def test_typed_text_is_answered_and_errors_are_shown(
     assert not page.errors
 
 
-def test_page_files_are_package_data() -> None:
-    """The page and its worklet ship inside the package (no network, no build step)."""
-    routes = {route.path for route in page_routes()}
-    assert routes == {"/", "/page.css", "/audio-worklet.js", "/favicon.svg", "/favicon.ico"}
-    static = Path(__file__).parents[2] / "src" / "rejoinder" / "io" / "static"
-    for name in ("index.html", "page.css", "audio-worklet.js", "favicon.svg"):
+PAGE_ROUTES = {
+    "/", "/page.css", "/page.js", "/strips.js", "/metrics.js", "/favicon.svg", "/favicon.ico",
+    "/rejoinder-client.js",
+}  # fmt: skip
+
+
+def test_page_files_are_package_data(page_bundle: Path) -> None:
+    """The page and its scripts ship inside the package, the SDK bundle beside them once
+    built; nothing is loaded from the network."""
+    assert {route.path for route in page_routes()} == PAGE_ROUTES
+    for name in ("index.html", "page.css", "page.js", "strips.js", "metrics.js", "favicon.svg"):
         # (an XML namespace is a name, not a download)
-        text = (static / name).read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
+        text = (STATIC / name).read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "http://" not in text and "https://" not in text  # nothing from the network
+    bundle = page_bundle.read_text()
+    assert "http://" not in bundle and "https://" not in bundle
+    assert "audio-worklet.js" not in (STATIC / "page.js").read_text()  # the SDK embeds its own
 
 
+async def _get(app: web.Application, path: str) -> tuple[int, str, str]:
+    import aiohttp
+
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http, http.get(server.make_url(path)) as response:
+            return response.status, response.content_type, await response.text()
+    finally:
+        await server.close()
+
+
+async def test_the_bundle_is_served_as_javascript_or_said_missing(
+    page_bundle: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = web.Application()
+    app.add_routes(page_routes())
+    status, content_type, body = await _get(app, "/rejoinder-client.js")
+    assert (status, content_type) == (200, "text/javascript")
+    assert body == await asyncio.to_thread(page_bundle.read_text)
+
+    monkeypatch.setattr(static, "CLIENT_BUNDLE", "not-built.js")
+    app = web.Application()
+    with caplog.at_level(logging.WARNING, logger="rejoinder.io.static"):
+        app.add_routes(page_routes())
+    said = [r.getMessage() for r in caplog.records if r.name == "rejoinder.io.static"]
+    assert len(said) == 1 and said[0].startswith(BUNDLE_MISSING), said
+    assert await _get(app, "/rejoinder-client.js") == (404, "text/plain", BUNDLE_MISSING + "\n")
+    status, content_type, page = await _get(app, "/")
+    assert (status, content_type) == (200, "text/html")  # the page itself is still there
+    assert 'src="page.js"' in page
+
+
+async def test_a_missing_bundle_is_said_on_the_page(
+    serve: Any,
+    open_page: Any,
+    silent_wav: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(static, "CLIENT_BUNDLE", "not-built.js")
+    url, _ = await serve(_entrypoint([], []))
+    page = await open_page(url, silent_wav)
+    await page.wait_for_selector("#banner.show", timeout=5000)
+    await _screenshot(page, tmp_path, "missing_bundle")
+    assert await page.text_content("#banner") == BUNDLE_MISSING
+    assert await page.evaluate("() => window.rejoinder.errors") == [BUNDLE_MISSING]
+    assert await page.is_disabled("#connect")  # nothing to connect with
+    assert await page.is_visible("#agent-state")  # the page is drawn, not blank
+    assert not page.errors
+
+
+@needs_bundle
 @pytest.mark.parametrize("transport", ["websocket", "webrtc"])
 async def test_the_floor_strip_draws_the_live_timeline(
-    serve: Any, open_page: Any, silent_wav: Path, transport: str
+    serve: Any, open_page: Any, silent_wav: Path, tmp_path: Path, transport: str
 ) -> None:
     url, app = await serve(_entrypoint([[ToolCall("check_clock")], ["Hello there."]], []))
     if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
@@ -430,7 +568,138 @@ async def test_the_floor_strip_draws_the_live_timeline(
     assert "transcript" not in kinds
     obs = {e["ob"] for e in entries if e["kind"] == "ob_opened"}
     assert "reply" in obs
-    await page.wait_for_timeout(300)
+    await _screenshot(page, tmp_path, f"floor_{transport}")
+    assert not page.errors
+
+
+AGENT_IS = "(state) => document.querySelector('#agent-state').dataset.state === state"
+
+
+@needs_bundle
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_mute_keeps_the_microphone_from_the_agent_until_unmuted(
+    serve: Any,
+    open_page: Any,
+    two_questions_wav: tuple[Path, float, float],
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    wav, first_starts, first_ends = two_questions_wav
+    url, app = await serve(_entrypoint([[ANSWER]], [QUESTION]))
+    if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, wav)
+    await page.click(f"#t-{transport}")
+    assert await page.is_disabled("#mute")  # for a conversation under way
+    await page.click("#connect")
+    await page.click("#mute", timeout=10000)  # once the agent has entered
+    assert await page.get_attribute("#mute", "aria-pressed") == "true"
+    assert await page.text_content("#mute") == "Unmute"
+    # The audio clock started before the microphone opened: the mic has played no more
+    # than the clock says, so the first question is still to come.
+    clock = "window.rejoinder.client.media.context.currentTime"
+    assert await page.evaluate(f"() => {clock}") < first_starts
+    # ... and it opened before the client was ready: once the clock has run past the first
+    # question's end (and the VAD's silence) since then, so has the microphone.
+    ready_at = await page.evaluate(
+        "() => window.rejoinder.events.find((e) => e.type === 'ready').t"
+    )
+    ready_clock = await page.evaluate(
+        f"(at) => {clock} - (performance.now() - at) / 1000", ready_at
+    )
+    await page.wait_for_function(f"(t) => {clock} >= t", arg=ready_clock + first_ends + 0.5)
+    muted = await _seen(page)
+    assert await page.text_content("#mic-meta") == "muted: the agent hears silence"
+    await page.click("#mute")  # the second question is heard
+    unmuted_at = await page.evaluate("() => performance.now()")
+    assert await page.get_attribute("#mute", "aria-pressed") == "false"
+    await page.wait_for_function(SHOWED_ANSWER, timeout=15000)
+    seen = await _seen(page)
+    await _screenshot(page, tmp_path, f"mute_{transport}")
+    assert "speaking" not in muted["user"], muted["user"]
+    assert not [text for cls, text in muted["bubbles"] if "user" in cls]
     if transport == "websocket":
-        await page.screenshot(path="/tmp/page_timeline.png")
+        assert muted["mic"]["sent"] > 16000  # the clock of audio went on: zeros
+    spoke = await page.evaluate(
+        "() => window.rejoinder.states.filter((s) => s.who === 'user' && s.state === 'speaking')"
+        ".map((s) => s.t)"
+    )
+    assert spoke and min(spoke) >= unmuted_at  # the user spoke only once unmuted
+    assert [text for cls, text in seen["bubbles"] if "user" in cls] == [QUESTION]
+    assert ["msg agent", ANSWER] in seen["bubbles"]
+    assert not seen["errors"] and not page.errors
+    await page.click("#connect")  # disconnect: the next conversation starts unmuted
+    await page.wait_for_function("() => !window.rejoinder.connected")
+    assert await page.get_attribute("#mute", "aria-pressed") == "false"
+    assert await page.evaluate("() => window.rejoinder.client.muted") is False
+
+
+@needs_bundle
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_stop_interrupts_the_agent_and_keeps_what_was_heard(
+    serve: Any, open_page: Any, question_wav: Path, tmp_path: Path, transport: str
+) -> None:
+    url, app = await serve(_entrypoint([[LONG_ANSWER]], [QUESTION]))
+    if transport == "webrtc" and not _has_route(app, "POST", "/api/offer"):
+        pytest.skip("the app mounts no POST /api/offer (the webrtc extra is not installed)")
+    page = await open_page(url, question_wav)
+    assert await page.is_disabled("#stop")  # nothing to stop before connecting
+    await page.click(f"#t-{transport}")
+    await page.click("#connect")
+    # the agent's first words were heard (its interim transcript follows playback)
+    await page.wait_for_function(
+        "() => document.querySelector('#agent-state').dataset.state === 'speaking'"
+        " && document.querySelector('.msg.agent.interim')?.textContent.includes(' ')",
+        timeout=15000,
+    )
+    await page.click("#stop")
+    await page.wait_for_function(
+        "() => document.querySelector('.msg.agent.cut') !== null", timeout=10000
+    )
+    await page.wait_for_function(AGENT_IS, arg="listening")
+    seen = await _seen(page)
+    await _screenshot(page, tmp_path, f"stop_{transport}")
+    assert "clear" in seen["types"]
+    assert seen["audio"]["cleared"] >= 1  # the page said where it stopped
+    if transport == "websocket":
+        assert seen["audio"]["played"] < seen["audio"]["received"]  # the rest was dropped
+    cut = next(text for cls, text in seen["bubbles"] if "cut" in cls)
+    assert LONG_ANSWER.startswith(cut[:10])
+    assert len(cut) < len(LONG_ANSWER)  # what was heard, not what was sent
+    assert seen["user"].count("speaking") == 1  # the button stopped it, not a barge-in
+    assert await page.is_disabled("#stop")  # the agent is listening: nothing to stop
+    assert not seen["errors"] and not page.errors
+
+
+@needs_bundle
+async def test_measurements_read_in_plain_words_and_the_right_units(
+    serve: Any, open_page: Any, silent_wav: Path
+) -> None:
+    url, _ = await serve(_entrypoint([], []))
+    page = await open_page(url, silent_wav)
+    shown = await page.evaluate(
+        """async () => {
+      const { describe } = await import("./metrics.js");
+      return [
+        describe({ type: "eou", timestamp: 812.5, label: "rejoinder.session.UserTurns",
+          end_of_utterance_delay: 0.42, transcription_delay: 1.5, end_of_turn_probability: 0.87 }),
+        describe({ type: "llm", timestamp: 813.1, speech_id: "s1", model: "gpt-4o-mini",
+          ttft: 0.2, duration: 12.34, prompt_tokens: 120, completion_tokens: 9 }),
+      ];
+    }"""
+    )
+    eou, llm = shown
+    assert eou["name"] == "End of your turn" and eou["term"].startswith("eou")
+    assert [(p["label"], p["term"], p["text"]) for p in eou["parts"]] == [
+        ("turn ended after", "end_of_utterance_delay", "0.42 s"),
+        ("text ready after", "transcription_delay", "1.50 s"),
+        ("sure you were done", "end_of_turn_probability", "87 %"),  # a probability, not a time
+    ]
+    assert llm["term"] == "llm metrics · gpt-4o-mini"
+    assert [(p["term"], p["text"]) for p in llm["parts"]] == [
+        ("ttft", "0.20 s"),
+        ("duration", "12.3 s"),
+        ("prompt_tokens", "120"),
+        ("completion_tokens", "9"),
+    ]
     assert not page.errors
