@@ -152,6 +152,18 @@ async def _reply(llm: LLM, what: str, **options: Any) -> list[ChatChunk]:
         raise AssertionError(f"{what} failed: {error}") from error
 
 
+async def _retried_once(harness: LLMHarness, llm: LLM, what: str) -> None:
+    """The request whose first try was just made to fail is tried again, succeeds, and
+    its ``StreamInfo`` counts the retry."""
+    harness.reply_text("Hello")
+    before = harness.attempts()
+    chunks = await _reply(llm, what)
+    assert _text(chunks) == "Hello"
+    assert harness.attempts() - before == 2
+    info = chunks[0].info
+    assert info is not None and info.retries == 1, f"StreamInfo should count 1 retry: {info}"
+
+
 class LLMConformance:
     """The tests every ``rj.LLM`` must pass. Subclass it as ``Test...`` and provide a
     ``harness`` fixture (an ``LLMHarness`` over your server); see the package docstring."""
@@ -224,25 +236,13 @@ class LLMConformance:
         self, harness: LLMHarness, llm: LLM
     ) -> None:
         stage(harness, "fail_before_output", transient=True)
-        harness.reply_text("Hello")
-        before = harness.attempts()
-        chunks = await _reply(llm, "a retried request")
-        assert _text(chunks) == "Hello"
-        assert harness.attempts() - before == 2
-        info = chunks[0].info
-        assert info is not None and info.retries == 1, f"StreamInfo should count 1 retry: {info}"
+        await _retried_once(harness, llm, "a retried request")
 
     async def test_a_cut_before_the_first_delta_is_retried(
         self, harness: LLMHarness, llm: LLM
     ) -> None:
         stage(harness, "cut_mid_stream")
-        harness.reply_text("Hello")
-        before = harness.attempts()
-        chunks = await _reply(llm, "a request cut before its first delta")
-        assert _text(chunks) == "Hello"
-        assert harness.attempts() - before == 2
-        info = chunks[0].info
-        assert info is not None and info.retries == 1, f"StreamInfo should count 1 retry: {info}"
+        await _retried_once(harness, llm, "a request cut before its first delta")
 
     async def test_retries_give_up_with_a_retryable_error_naming_the_cause(
         self, harness: LLMHarness, llm: LLM

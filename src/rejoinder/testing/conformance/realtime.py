@@ -220,6 +220,20 @@ async def _spoken(recorder: Recorder, since: int, text: str, sample_rate: int) -
     assert said == text, f"the reply's transcript is {said!r}, the server sent {text!r}"
 
 
+async def _start_unanswered(
+    harness: RealtimeHarness,
+) -> tuple[RealtimeModel, RealtimeSession, Recorder, asyncio.Task[None]]:
+    """A session starting against a server that accepted the connection and leaves the
+    set-up unanswered: its model, itself, its recorder and the ``start`` task."""
+    stage(harness, "stall_setup")
+    model = harness.make()
+    session = model.session()
+    recorder = Recorder(session)
+    starting = asyncio.create_task(session.start(CONFIG))
+    await asyncio.sleep(min(1.0, harness.stall_timeout / 2))  # connected, set-up unanswered
+    return model, session, recorder, starting
+
+
 class RealtimeConformance:
     """The tests every ``RealtimeModel`` must pass. Subclass it as ``Test...`` and provide
     a ``harness`` fixture (a ``RealtimeHarness`` over your server); see the package
@@ -406,13 +420,8 @@ class RealtimeConformance:
     # -- cancelling, closing -----------------------------------------------------------------
 
     async def test_a_cancelled_start_leaves_nothing_behind(self, harness: RealtimeHarness) -> None:
-        stage(harness, "stall_setup")
         snapshot = Snapshot(harness.server_port)
-        model = harness.make()
-        session = model.session()
-        recorder = Recorder(session)
-        starting = asyncio.create_task(session.start(CONFIG))
-        await asyncio.sleep(min(1.0, harness.stall_timeout / 2))  # connected, set-up unanswered
+        model, session, recorder, starting = await _start_unanswered(harness)
         starting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await within(10.0, starting, "the cancelled start")
@@ -422,13 +431,8 @@ class RealtimeConformance:
         await snapshot.assert_released("a cancelled start")
 
     async def test_aclose_ends_a_start_in_progress(self, harness: RealtimeHarness) -> None:
-        stage(harness, "stall_setup")
         snapshot = Snapshot(harness.server_port)
-        model = harness.make()
-        session = model.session()
-        recorder = Recorder(session)
-        starting = asyncio.create_task(session.start(CONFIG))
-        await asyncio.sleep(min(1.0, harness.stall_timeout / 2))  # connected, set-up unanswered
+        model, session, recorder, starting = await _start_unanswered(harness)
         started = asyncio.get_running_loop().time()
         await within(10.0, session.aclose(), "aclose during start")
         with pytest.raises(RealtimeError):

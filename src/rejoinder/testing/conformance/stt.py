@@ -139,6 +139,21 @@ async def _outcome(stt: STT, frames: list[AudioFrame], what: str) -> str | STTEr
         return error
 
 
+async def _whole_or_error_then_next(
+    harness: STTHarness, stt: STT, fault: str, what: str, partial: str, after: str
+) -> None:
+    """Stage ``fault`` on an utterance: recognizing it raises ``STTError`` or gives its
+    whole transcript, never part of it (``partial`` says so); then the next utterance is
+    heard."""
+    text = "Hello there, how are you?"
+    stage(harness, fault, text)
+    outcome = await _outcome(stt, harness.speech(), what)
+    if not isinstance(outcome, STTError):
+        assert outcome == text, f"{partial}: {outcome!r}"
+    harness.transcript(SECOND)
+    assert await _heard(stt, harness.speech(), f"the utterance after {after}") == SECOND
+
+
 class STTConformance:
     """The tests every ``rj.STT`` must pass. Subclass it as ``Test...`` and provide a
     ``harness`` fixture (an ``STTHarness`` over your server); see the package docstring."""
@@ -223,24 +238,26 @@ class STTConformance:
     async def test_a_drop_mid_utterance_never_gives_a_partial_transcript(
         self, harness: STTHarness, stt: STT
     ) -> None:
-        text = "Hello there, how are you?"
-        stage(harness, "drop_mid_utterance", text)
-        outcome = await _outcome(stt, harness.speech(), "an utterance cut midway")
-        if not isinstance(outcome, STTError):
-            assert outcome == text, f"a dropped utterance came back partial: {outcome!r}"
-        harness.transcript(SECOND)
-        assert await _heard(stt, harness.speech(), "the utterance after a drop") == SECOND
+        await _whole_or_error_then_next(
+            harness,
+            stt,
+            "drop_mid_utterance",
+            "an utterance cut midway",
+            "a dropped utterance came back partial",
+            "a drop",
+        )
 
     async def test_garbage_raises_or_is_skipped_never_truncates(
         self, harness: STTHarness, stt: STT
     ) -> None:
-        text = "Hello there, how are you?"
-        stage(harness, "garbage", text)
-        outcome = await _outcome(stt, harness.speech(), "an utterance with malformed data")
-        if not isinstance(outcome, STTError):
-            assert outcome == text, f"malformed data made the transcript partial: {outcome!r}"
-        harness.transcript(SECOND)
-        assert await _heard(stt, harness.speech(), "the utterance after garbage") == SECOND
+        await _whole_or_error_then_next(
+            harness,
+            stt,
+            "garbage",
+            "an utterance with malformed data",
+            "malformed data made the transcript partial",
+            "garbage",
+        )
 
     async def test_a_stall_is_given_up_on_within_the_timeout(
         self, harness: STTHarness, stt: STT
