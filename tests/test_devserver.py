@@ -391,7 +391,7 @@ async def test_dev_serves_the_page_and_reloads_the_agent_file(tmp_path: Path) ->
             assert response.content_type == "text/html"
             page = await response.text()
             assert "<html" in page and "rejoinder" in page
-        async with http.get(f"{srv.base}/audio-worklet.js") as response:
+        async with http.get(f"{srv.base}/page.js") as response:
             assert response.status == 200
 
         async with http.ws_connect(f"{srv.base}/ws") as ws:

@@ -295,3 +295,26 @@ def test_importing_rejoinder_io_does_not_import_starlette() -> None:
     code = "import sys, rejoinder.io; rejoinder.io.create_app; print('starlette' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("built", [True, False])
+async def test_the_page_and_its_client_bundle_are_served_as_the_aiohttp_app_serves_them(
+    monkeypatch: pytest.MonkeyPatch, built: bool
+) -> None:
+    """The bundle is looked for on each request: a rebuild is picked up, and a bundle
+    never built is a 404 that says how to build it, never a host that fails to start."""
+    from rejoinder.io import static
+
+    monkeypatch.setattr(static, "client_bundle", lambda: b"export {};" if built else None)
+    app = create_asgi_app(idle)
+    async with uvicorn_serving(app) as port, aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{port}"
+        async with http.get(base + "/") as resp:
+            assert resp.status == 200 and "page.js" in await resp.text()
+        async with http.get(base + static.BUNDLE_ROUTE) as resp:
+            if built:
+                assert resp.status == 200 and resp.content_type == "text/javascript"
+                assert await resp.text() == "export {};"
+            else:
+                assert resp.status == 404
+                assert static.BUNDLE_MISSING in await resp.text()

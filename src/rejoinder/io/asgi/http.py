@@ -30,16 +30,31 @@ def answering(answer: Callable[[Request], HttpAnswer]) -> Callable[[Request], Aw
 
 
 def page_routes() -> list[BaseRoute]:
-    from ..static import PAGE_FILES
+    from ..static import BUNDLE_ROUTE, PAGE_FILES
 
     package = files("rejoinder.io.static")
     routes: list[BaseRoute] = []
     for path, (name, media_type) in PAGE_FILES.items():
+        if path == BUNDLE_ROUTE:
+            continue  # looked for on each request, as the aiohttp app does
         body = package.joinpath(name).read_bytes()
         headers = {"Cache-Control": "no-cache"}
         answer = HttpAnswer(200, body, f"{media_type}; charset=utf-8", headers)
         routes.append(Route(path, answering(_constant(answer))))
+    routes.append(Route(BUNDLE_ROUTE, answering(_bundle)))
     return routes
+
+
+def _bundle(_request: Request) -> HttpAnswer:
+    """The SDK bundle, read on each request (a rebuild is picked up), or a 404 that says
+    how to build it."""
+    from ..static import BUNDLE_MISSING, JAVASCRIPT, client_bundle
+
+    body = client_bundle()
+    if body is None:
+        return HttpAnswer(404, (BUNDLE_MISSING + "\n").encode(), "text/plain; charset=utf-8", {})
+    headers = {"Cache-Control": "no-cache"}
+    return HttpAnswer(200, body, f"{JAVASCRIPT}; charset=utf-8", headers)
 
 
 def _constant(answer: HttpAnswer) -> Callable[[Request], HttpAnswer]:
