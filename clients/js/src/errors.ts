@@ -56,6 +56,11 @@ export const CLOSE_CODES: Readonly<Record<number, CloseCodeInfo>> = {
     action: "fatal",
   },
   4004: { name: "resume_failed", meaning: "the session to resume is gone", action: "fresh" },
+  4005: {
+    name: "resumed_elsewhere",
+    meaning: "another connection resumed this session (another tab or device took it over)",
+    action: "end",
+  },
 } satisfies { readonly [code in CloseCode]: CloseCodeInfo } & { readonly [code: number]: CloseCodeInfo };
 
 /** Server `error` codes that come with a close, and the close code they come with: on

@@ -180,6 +180,8 @@ export const CloseCode = {
   PROTOCOL_MISMATCH: 4003,
   /** `start` asked to resume a session that is gone (unknown or expired token, or resuming is off): start a new session. */
   RESUME_FAILED: 4004,
+  /** Another connection resumed this session (with its token): this one is replaced. */
+  RESUMED: 4005,
 } as const;
 export type CloseCode = (typeof CloseCode)[keyof typeof CloseCode];
 
