@@ -117,6 +117,10 @@ class WebSocketPeer:
         self._query = dict(query or {})
         self._resume = resume
         self._overrun_reported = False
+        self._closing = False
+        """This side asked to close the socket (a refusal, the session's end): when the
+        socket is done, that is no drop. (The outbox also closes when the socket went away
+        under its writer, or the client stopped reading: those are drops.)"""
 
     # ------------------------------------------------------------ sending
 
@@ -126,7 +130,12 @@ class WebSocketPeer:
     def fail(self, code: CloseCode, error_code: str, message: str) -> None:
         """Tell the client why, then close with ``code``."""
         self.send(ErrorMessage(code=error_code, message=message))
-        self.outbox.close(code, message[:120])
+        self.close(code, message[:120])
+
+    def close(self, code: CloseCode, reason: str) -> None:
+        """Close the socket once what is queued was written."""
+        self._closing = True
+        self.outbox.close(code, reason)
 
     # ---------------------------------------------------------- receiving
 
@@ -185,12 +194,11 @@ class WebSocketPeer:
         """The socket is done. ``goodbye``: the client closed it with 1000 (or the host
         cannot tell): the session ends. Otherwise (a drop) the session is detached for
         its client to resume, when resuming is on, unless the server was closing it."""
-        server_closing = self.outbox.closing
         self.outbox.close(CloseCode.NORMAL, "client left")
         link = self.link
         if link is None:
             return
-        if goodbye or server_closing:
+        if goodbye or self._closing:
             link.goodbye()
         else:
             link.lost("the connection was lost")
@@ -369,13 +377,13 @@ async def run_client_agent(
         raise
     if not returned:  # the session goes on without this socket
         if link.why_over == "replaced":
-            peer.outbox.close(CloseCode.RESUMED, "the session was resumed by another connection")
+            peer.close(CloseCode.RESUMED, "the session was resumed by another connection")
         return
     exc = None if entry.cancelled() else entry.exception()
     if exc is not None:
         peer.fail(CloseCode.INTERNAL_ERROR, ErrorCode.INTERNAL, f"the agent failed: {exc!r}"[:300])
         return
-    peer.outbox.close(CloseCode.NORMAL, "session ended")
+    peer.close(CloseCode.NORMAL, "session ended")
 
 
 async def _entry(runner: Runner, entrypoint: Entrypoint, conn: Connection) -> None:

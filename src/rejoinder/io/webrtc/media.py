@@ -233,9 +233,9 @@ def decode_into(receiver: RTCRtpReceiver, into: PushAudioInput) -> MicrophoneDec
 
 async def watch_microphone(
     track: MediaStreamTrack, decoder: MicrophoneDecoder, *, idle_timeout: float | None = None
-) -> None:
-    """Return when the remote track ends, or once it has delivered nothing for
-    ``idle_timeout`` (its frames go through ``decoder``, not the track)."""
+) -> str:
+    """Return when the remote track ends (``"ended"``), or once it has delivered nothing
+    for ``idle_timeout`` (``"idle"``; its frames go through ``decoder``, not the track)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
 
@@ -249,19 +249,18 @@ async def watch_microphone(
                 while True:
                     await track.recv()  # only the end comes this way
         except MediaStreamError:
-            return
+            return "ended"
         except TimeoutError:
             if idle_timeout is None or loop.time() - idle_since() >= idle_timeout:
-                return
+                return "idle"
 
 
 async def forward_microphone(
     track: MediaStreamTrack, into: PushAudioInput, *, idle_timeout: float | None = None
-) -> None:
-    """Feed the remote audio track into ``into`` (mono, at its rate) until the track ends.
-
-    ``idle_timeout``: the track delivering nothing for that long counts as its end (a
-    browser sends a packet every 20 ms, even of silence, while it is connected)."""
+) -> str:
+    """Feed the remote audio track into ``into`` (mono, at its rate) until the track ends
+    (``"ended"``), or has delivered nothing for ``idle_timeout`` (``"idle"``: a browser
+    sends a packet every 20 ms, even of silence, while it is connected)."""
     loop = asyncio.get_running_loop()
     resampler: Resampler | None = None
     last = loop.time()
@@ -283,10 +282,10 @@ async def forward_microphone(
                     if out is not None:
                         into.push(out)
         except MediaStreamError:
-            return
+            return "ended"
         except TimeoutError:
             if idle_timeout is None or loop.time() - last >= idle_timeout:
-                return
+                return "idle"
 
 
 class _Run:

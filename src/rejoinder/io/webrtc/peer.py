@@ -8,13 +8,13 @@ the entry point receives, runs it, and closes everything when either side is don
 
 The peer counts as gone, and the entry point's ``Connection`` is told so, when the
 connection state becomes ``failed`` or ``closed``, when the data channel closes, or when
-the microphone track ends or stays silent past ``media_idle_timeout``. With resuming on
-(a ``ResumeRegistry``) that is a drop, not a goodbye: the session is detached, this
-peer's media close, and the session waits for its client. ``WebRTCPeer.resume`` is the
-peer of an offer that named the session's token (``?resume=``): once connected it takes
-the session over (``Connection.attach``). A WebRTC peer has no goodbye of its own; a
-client that wants its session to end at once closes its data channel after sending
-nothing more, or simply lets the grace run out.
+the microphone track ends or stays silent past ``media_idle_timeout``. The client closing
+its side (its peer connection, data channel or track) is its goodbye: the session ends.
+A connection that fails or a microphone that goes silent is a drop: with resuming on (a
+``ResumeRegistry``) the session is detached, this peer's media close, and the session
+waits for its client. ``WebRTCPeer.resume`` is the peer of an offer that named the
+session's token (``?resume=``): once connected it takes the session over
+(``Connection.attach``).
 """
 
 from __future__ import annotations
@@ -125,6 +125,9 @@ class WebRTCPeer:
         self.gone = asyncio.Event()
         """Set once the peer is gone (or closed by us)."""
         self.why_gone = ""
+        self.dropped = False
+        """It went without closing its side (a failed connection, a silent microphone):
+        a drop, which a session that can be resumed survives."""
         self._connected = asyncio.Event()
         self._channel: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
         self._remote_track: MediaStreamTrack | None = None
@@ -297,15 +300,21 @@ class WebRTCPeer:
             self._spawn(self._count_losses(self._audio_sender))
         track, idle = self._remote_track, self.options.media_idle_timeout
         if track is not None and self._decoder is not None:
-            self._watch(
-                watch_microphone(track, self._decoder, idle_timeout=idle),
-                "the microphone track ended",
-            )
+            self._watch_microphone(watch_microphone(track, self._decoder, idle_timeout=idle))
         elif track is not None:
-            self._watch(
-                forward_microphone(track, self.microphone, idle_timeout=idle),
-                "the microphone track ended",
-            )
+            self._watch_microphone(forward_microphone(track, self.microphone, idle_timeout=idle))
+
+    def _watch_microphone(self, work: Awaitable[str]) -> None:
+        async def watched() -> None:
+            if await work == "idle":
+                self._leave(
+                    f"no audio from the microphone for {self.options.media_idle_timeout} s",
+                    dropped=True,
+                )
+            else:
+                self._leave("the microphone track ended")
+
+        self._spawn(watched())
 
     async def _run_entrypoint(self, entrypoint: Entrypoint, conn: Connection) -> None:
         entry = asyncio.ensure_future(entrypoint(conn))
@@ -351,7 +360,10 @@ class WebRTCPeer:
                 ended.cancel()
         if self.gone.is_set() and link.current and not ended.done():
             logger.info("WebRTC peer %s left: %s", self.remote, self.why_gone)
-            link.lost(self.why_gone)
+            if self.dropped:
+                link.lost(self.why_gone)
+            else:
+                link.goodbye()
 
     async def close(self, *, end_session: bool = True) -> None:
         """Close the peer connection and stop every task of this peer (idempotent).
@@ -490,7 +502,7 @@ class WebRTCPeer:
         if state == "connected":
             self._connected.set()
         elif state in ("failed", "closed"):
-            self._leave(f"the connection {state}")
+            self._leave(f"the connection {state}", dropped=state == "failed")
 
     def _track_received(self, track: MediaStreamTrack) -> None:
         if track.kind == "video" and self.camera is None and self.options.accept_video:
@@ -517,9 +529,10 @@ class WebRTCPeer:
         if not self._channel.done():
             self._channel.set_result(channel)
 
-    def _leave(self, why: str) -> None:
+    def _leave(self, why: str, *, dropped: bool = False) -> None:
         if not self.gone.is_set():
             self.why_gone = why
+            self.dropped = dropped
             self.gone.set()
 
     def _watch(self, work: Awaitable[None], why: str) -> None:
