@@ -274,3 +274,14 @@ async def test_held_audio_is_bounded_the_producer_waits_for_the_client() -> None
     await asyncio.wait_for(waiting, 1.0)
     await asyncio.sleep(0)
     assert rig.sent == [("second", limit - 1), ("second", 10)]
+
+
+@pytest.mark.parametrize(
+    ("code", "goodbye"), [(1000, True), (0, True), (1001, False), (4000, False), (None, False)]
+)
+def test_a_close_frame_with_1000_or_no_code_is_a_goodbye(code: int | None, goodbye: bool) -> None:
+    from rejoinder.io.websocket import _CloseFrameWatch
+
+    watch = _CloseFrameWatch(None)  # type: ignore[arg-type]
+    watch.client_code = code
+    assert watch.said_goodbye() is goodbye

@@ -59,11 +59,13 @@ class ProtocolClient:
         return ready.data
 
     async def close(self) -> None:
+        """Say goodbye: a close frame with 1000 (a connection that just ends is a drop,
+        which a server that resumes sessions keeps the session for)."""
+        if not self.ws.closed:
+            await self.ws.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if not self.ws.closed:
-            await self.ws.close()
 
     def stop_reporting(self) -> None:
         self.reports = False

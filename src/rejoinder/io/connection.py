@@ -51,7 +51,7 @@ from .protocol import (
     UserText,
     json_safe,
 )
-from .resume import ReplyCut, hear_silence
+from .resume import ENTRY_TIMEOUT, ReplyCut, hear_silence
 from .timeline_feed import TimelineFeed
 
 if TYPE_CHECKING:
@@ -130,6 +130,7 @@ class Connection:
         self._missed_final: TranscriptMessage | None = None
         """The final agent transcript the client had interim text of when it dropped."""
         self._client_had_interim = False
+        self._entry_bounded = False
 
     # -------------------------------------------------------------- client side
 
@@ -201,6 +202,8 @@ class Connection:
         self._stop_silence()
         if self.resume is not None:
             self.resume.forget(self)
+            # A resumed session's entry point may have no transport waiting for it.
+            self._bound_entry(ENTRY_TIMEOUT)
         self.audio_input.close()
         self.audio_output.close()
 
@@ -208,11 +211,16 @@ class Connection:
         """The session's client did not come back (``ResumeRegistry``): the session
         closes, and the entry point, which no transport waits for any more, is cancelled
         if it has not returned ``entry_timeout`` seconds later."""
+        self._bound_entry(entry_timeout)
         self.client_left(reason)
+
+    def _bound_entry(self, seconds: float) -> None:
         entry = self.entry
-        if entry is not None and not entry.done():
-            timer = asyncio.get_running_loop().call_later(entry_timeout, entry.cancel)
-            entry.add_done_callback(lambda _: timer.cancel())
+        if entry is None or entry.done() or self._entry_bounded:
+            return
+        self._entry_bounded = True
+        timer = asyncio.get_running_loop().call_later(seconds, entry.cancel)
+        entry.add_done_callback(lambda _: timer.cancel())
 
     # ---------------------------------------------------------------- resuming
 
@@ -287,8 +295,10 @@ class Connection:
             cut.text_known(self._text.final(), ended=True)
 
     def _cut_over(self, ended: bool) -> None:
-        if self._cut is not None:
-            self._cut.text_known(self._text.final(), ended=ended)
+        """The speech the drop cut has no more audio: all of its text has come."""
+        cut = self._cut
+        if cut is not None and not cut.settled:
+            cut.text_known(self._text.final(), ended=ended)
 
     def _note_missed(self, message: TranscriptMessage) -> None:
         if message.final and self._client_had_interim and self._missed_final is None:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_GRACE",
+    "ENTRY_TIMEOUT",
     "MAX_DETACHED",
     "ReplyCut",
     "ResumeRegistry",

@@ -26,8 +26,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
-from aiohttp import web
+from aiohttp import WSMessage, WSMsgType, web
 
 from ..models.audio import AudioFrame
 from .connection import Connection, Entrypoint
@@ -303,6 +304,7 @@ def websocket_handler(
             heartbeat=opts.heartbeat, max_msg_size=opts.max_frame_bytes, autoping=True
         )
         await ws.prepare(request)
+        watched = _CloseFrameWatch(ws)
         _, binding = client_socket(
             entrypoint,
             opts,
@@ -310,14 +312,39 @@ def websocket_handler(
             remote=request.remote,
             query=dict(request.query),
             resume=resume,
-            # aiohttp keeps the code of the client's close frame; a dropped connection
-            # (reset, ping timeout, the handler cancelled) leaves another code or none.
-            goodbye=lambda: ws.close_code == CloseCode.NORMAL,
+            goodbye=watched.said_goodbye,
         )
-        await run_socket(AiohttpFrames(ws, "ws"), binding)
+        await run_socket(AiohttpFrames(cast("web.WebSocketResponse", watched), "ws"), binding)
         return ws
 
     return handle
+
+
+class _CloseFrameWatch:
+    """An aiohttp socket that remembers the code of the client's close frame. (aiohttp's
+    own ``close_code`` does not tell: when its answer to that frame cannot be written, the
+    client having gone already, it becomes 1006, the code of a dropped connection.)"""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+        self.client_code: int | None = None
+        """The code of the client's close frame (0: a frame without one); None: it sent
+        no close frame (the connection broke, or a ping went unanswered)."""
+
+    def said_goodbye(self) -> bool:
+        """The client closed with 1000, or with no code (what a browser's ``close()``
+        sends): it is done. Any other end (1001 from a page that reloads, an error code,
+        no close frame at all) is a drop."""
+        return self.client_code in (CloseCode.NORMAL, 0)
+
+    async def receive(self) -> WSMessage:
+        message = await self._ws.receive()
+        if message.type == WSMsgType.CLOSE:
+            self.client_code = int(message.data)
+        return message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ws, name)
 
 
 def client_socket(
