@@ -23,8 +23,11 @@ export function color(lane, state) {
 }
 
 function roundRect(g, x, y, w, h, r) {
-  r = Math.min(r, w / 2, h / 2);
+  // A canvas not laid out yet (0 px wide) gives a negative width: draw nothing, never a
+  // negative radius (arcTo throws on one).
   g.beginPath();
+  if (!(w > 0 && h > 0)) return;
+  r = Math.max(0, Math.min(r, w / 2, h / 2));
   g.moveTo(x + r, y); g.arcTo(x + w, y, x + w, y + h, r); g.arcTo(x + w, y + h, x, y + h, r);
   g.arcTo(x, y + h, x, y, r); g.arcTo(x, y, x + w, y, r); g.closePath();
 }
