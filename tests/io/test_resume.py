@@ -32,7 +32,7 @@ from rejoinder.io.protocol import (
     UserStateMessage,
 )
 from rejoinder.io.resume import ResumeRegistry
-from rejoinder.testing import ScriptedTTS, ToolCall, speech_frame
+from rejoinder.testing import Delay, ScriptedTTS, ToolCall, speech_frame
 
 from ._client import VoiceClient, scripted_session
 
@@ -228,6 +228,32 @@ async def lookup(city: str) -> str:
     """
     await asyncio.sleep(1.0)
     return f"{city} is sunny"
+
+
+async def test_a_reply_still_being_generated_stops_being_heard_at_the_drop(
+    serve: Any,
+) -> None:
+    """The model pauses mid-reply (a slow stream) when the client drops: the reply stays
+    owed, but from the drop on nobody hears it, so the agent is thinking, not speaking,
+    for the rest of its generation (it used to stay speaking until the reply closed)."""
+    reply = ["The first part of the answer is heard.", Delay(3.0), " The rest comes later."]
+    served = await serve(scripted([reply], ["Tell me."], seconds_per_char=0.02))
+    async with aiohttp.ClientSession() as http:
+        first = VoiceClient(await http.ws_connect(served.url), MIC, jitter=0.05)
+        await start(first)
+        await first.speak(tone(0.5))
+        await first.wait_for(
+            lambda m: isinstance(m, AgentStateMessage) and m.state == "speaking", 5
+        )
+        await asyncio.sleep(0.3)  # hear some of it; the model is in its 3 s pause
+        session, conn = served.sessions[0], served.conns[0]
+        assert session.agent_state == "speaking"
+        dropped = asyncio.get_running_loop().time()
+        await cut_the_cable(first)
+        await until(lambda: conn.detached, 2)
+        await until(lambda: session.agent_state == "thinking", 0.5)
+        # well before the generation's pause ends
+        assert asyncio.get_running_loop().time() - dropped < 1.0
 
 
 async def test_a_drop_during_a_tool_call_the_answer_plays_after_resume(serve: Any) -> None:

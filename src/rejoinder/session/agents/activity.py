@@ -412,7 +412,9 @@ class AgentActivity:
         )
 
     def _new_delivery(self, speech: SpeechRun) -> Delivery:
-        return new_delivery(self._ctx, speech.heard, self._spawn, self._output_failed)
+        return new_delivery(
+            self._ctx, speech.heard, self._spawn, self._output_failed, inaudible=speech.not_heard
+        )
 
     def _output_failed(self, exc: Exception) -> None:
         self._ctx.emit_error(exc, source="output", recoverable=True)

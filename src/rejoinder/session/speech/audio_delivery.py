@@ -69,6 +69,7 @@ class AudioDelivery(Delivery):
         audio_output: AudioOutput,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         quiet_release: float = QUIET_RELEASE,
+        inaudible: Callable[[], None] | None = None,
     ) -> None:
         if not quiet_release >= 0:  # NaN fails this too
             raise ValueError(f"quiet_release must be >= 0 seconds, got {quiet_release!r}")
@@ -95,6 +96,10 @@ class AudioDelivery(Delivery):
         a speech that has produced no audio yet must not take them from one still
         playing)."""
         self._meter: TTSMeter | None = None
+        self._inaudible = inaudible
+        """Tells the speech's owner nobody hears it any more, though it is still owed
+        (the output cut it: a client that dropped and may come back)."""
+        self._stopping = False
         self._synthesis = spawn(self._synthesize())
 
     def observe(self, meter: TTSMeter) -> None:
@@ -160,6 +165,7 @@ class AudioDelivery(Delivery):
             await asyncio.shield(self._played)
 
     def stop(self) -> None:
+        self._stopping = True
         self._cancel_quiet()
         self._synthesis.cancel()
         self._end_text_segment()
@@ -332,3 +338,8 @@ class AudioDelivery(Delivery):
         self._playing = False
         if not self._played.done():
             self._played.set_result(event)
+            if event.interrupted and not self._stopping and self._inaudible is not None:
+                # The output cut it, not we (no barge-in, no interrupt): the reply stays
+                # owed while it is still being produced, but nobody hears it now, so it
+                # must stop counting as audible (no `speaking` while nobody listens).
+                self._inaudible()

@@ -17,6 +17,7 @@ def new_delivery(
     audible: Callable[[], None],
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     on_error: OnOutputError,
+    inaudible: Callable[[], None] | None = None,
 ) -> Delivery:
     """How one speech reaches the user: aloud when there is a TTS and an audio output,
     as text otherwise."""
@@ -33,4 +34,5 @@ def new_delivery(
         tts=tts,
         audio_output=output.audio,
         spawn=spawn,
+        inaudible=inaudible,
     )

@@ -114,6 +114,12 @@ class SpeechRun:
         if not self.reply.audible:  # told once per chunk: the first one tells the floor
             self._state.set_audible(self.reply, True)
 
+    def not_heard(self) -> None:
+        """Its output was cut from outside (the listener went away): still owed, but
+        nobody hears it now."""
+        if self.reply.audible:
+            self._state.set_audible(self.reply, False)
+
     def yield_for_barge_in(self) -> None:
         """The user may be interrupting: the reply stops counting while its audio pauses."""
         self._state.set_yielded(self.reply, True)
