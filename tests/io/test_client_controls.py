@@ -3,6 +3,7 @@ the protocol version checked at ``start``, ``mute`` and ``interrupt``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -155,4 +156,22 @@ async def test_a_reply_cut_in_its_first_word_still_gets_its_final_transcript(
         await client.until(lambda: client.states()[-1][1] == "listening", 5)
         finals = [m for m in client.of_type(TranscriptMessage) if m.role == "agent" and m.final]
         assert len(finals) == 1
+        await client.close()
+
+
+async def test_a_mute_sent_with_start_is_applied_once_the_agent_is_ready(serve: Any) -> None:
+    """A client that mutes at once (or re-sends its mute at each ready, as the SDK does
+    after a resume) is not refused: the control waits for the agent's first moment."""
+    url, sessions = await serve([], [])
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC)
+        await ws.send_str(json.dumps({"type": "start", "sample_rate": MIC}))
+        await ws.send_str(json.dumps({"type": "mute", "muted": True}))
+        client._tasks.append(asyncio.create_task(client._read()))  # read, nothing sent
+        await client.until(
+            lambda: bool(client.states()) and client.states()[-1][1] == "listening", 5
+        )
+        await barrier(ws, client)
+        assert sessions[0].input_muted
+        assert not [e for e in client.of_type(ErrorMessage) if e.code == "not_ready"]
         await client.close()

@@ -64,6 +64,10 @@ __all__ = ["Connection", "Entrypoint", "PushAudioInput"]
 logger = logging.getLogger("rejoinder")
 
 
+MAX_EARLY_CONTROLS = 32
+"""Controls (``mute``, ``interrupt``) kept for the agent's first moment; more are refused."""
+
+
 class Connection:
     """One client's session. Built by a transport; given to the entry point.
 
@@ -115,6 +119,9 @@ class Connection:
         self.resumes = 0
         """Connections that took this session over."""
         self._keys: list[str] = []
+        self._controls: list[tuple[str, Callable[[AgentSession[Any]], object]]] = []
+        """``mute``/``interrupt`` sent before the agent was ready: applied, in order, then
+        (a client that re-sends its mute at each ``ready`` must not be refused)."""
         self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
         """Called with the session as ``serve`` starts it (the server's metrics use it)."""
         self._link: ClientLink | None = ClientLink(transport, send, wants_timeline=wants_timeline)
@@ -358,6 +365,9 @@ class Connection:
             keys, self._keys = self._keys, []
             for digits in keys:
                 self.keypad(digits)
+            controls, self._controls = self._controls, []
+            for what, act in controls:
+                self._when_ready(what, act)
             left = asyncio.ensure_future(self._left.wait())
             ended = asyncio.ensure_future(closed.wait())
             try:
@@ -498,7 +508,10 @@ class Connection:
         """Apply a client's control to the session, or tell it why not."""
         session = self.session
         if session is None or not self._ready:
-            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=f"{what}: not ready"))
+            if len(self._controls) >= MAX_EARLY_CONTROLS:
+                self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=f"{what}: not ready"))
+            else:
+                self._controls.append((what, act))
             return
         try:
             act(session)
