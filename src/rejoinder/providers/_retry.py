@@ -16,6 +16,7 @@ user) is better served by the error now.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -183,3 +184,19 @@ async def with_retries(
             log_retry(what, str(error), retries, policy, wait)
             on_retry()
             await sleep(wait)
+
+
+def sleep_unless_closed(
+    closing: asyncio.Event, closed: Callable[[], bool], what: str
+) -> Callable[[float], Awaitable[None]]:
+    """A ``sleep`` for ``with_retries`` that ends early when ``closing`` is set and then
+    raises if ``closed()``: a session closed during a retry's wait opens no connection
+    after it."""
+
+    async def wait(seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(closing.wait(), seconds)
+        if closed():
+            raise RealtimeError(f"{what}: the session was closed while connecting")
+
+    return wait

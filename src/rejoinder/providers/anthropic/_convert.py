@@ -47,11 +47,10 @@ from ...models import (
     ToolChoice,
     ToolDefinition,
 )
+from .._turn_edges import CONVERSATION_STARTS, GO_ON
 
 JSONObject = dict[str, Any]
 
-CONVERSATION_STARTS = "(the conversation starts)"
-GO_ON = "(go on)"
 _EPHEMERAL: JSONObject = {"type": "ephemeral"}
 
 

@@ -62,12 +62,11 @@ from ...models import (
     ToolChoice,
     ToolDefinition,
 )
+from .._turn_edges import CONVERSATION_STARTS, GO_ON
 from ._stream import CallMemory, CallRecord
 
 JSONObject = dict[str, Any]
 
-CONVERSATION_STARTS = "(the conversation starts)"
-GO_ON = "(go on)"
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """The documented stand-in for a step's signature in history Gemini did not produce."""
 

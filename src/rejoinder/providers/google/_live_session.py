@@ -46,7 +46,7 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
-from .._retry import RetryPolicy, transient_connect_failure, with_retries
+from .._retry import RetryPolicy, sleep_unless_closed, transient_connect_failure, with_retries
 from ._live_io import (
     ClientActivity,
     Link,
@@ -339,13 +339,8 @@ class GeminiLiveSession(RealtimeSession):
         def counted() -> None:
             self.connect_retries += 1
 
-        async def wait(seconds: float) -> None:
-            # aclose() may come during the wait: no connection may be opened after it.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._close_signal.wait(), seconds)
-            if self._close_requested:
-                raise RealtimeError("Gemini Live: the session was closed while connecting")
-
+        # aclose() may come during a wait: no connection may be opened after it.
+        wait = sleep_unless_closed(self._close_signal, lambda: self._close_requested, "Gemini Live")
         return await with_retries(
             self._open, self._s.retry, what="Gemini Live", on_retry=counted, sleep=wait
         )

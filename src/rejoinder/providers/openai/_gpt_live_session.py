@@ -24,7 +24,7 @@ from ...models.realtime import (
     Reconnected,
     ToolOutputFate,
 )
-from .._retry import with_retries
+from .._retry import sleep_unless_closed, with_retries
 from ._auth import DEFAULT_BASE_URL as DEFAULT_BASE_URL  # kept importable from here
 from ._gpt_live_io import FormatState, InputAudio, Link, close_ws, open_session
 from ._gpt_live_protocol import (
@@ -280,13 +280,8 @@ class GPTLiveSession(RealtimeSession):
         def counted() -> None:
             self.connect_retries += 1
 
-        async def wait(seconds: float) -> None:
-            # aclose() may come during the wait: it must not open a connection after it.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._close_signal.wait(), seconds)
-            if self._close_requested:
-                raise RealtimeError("GPT-Live: the session was closed while connecting")
-
+        # aclose() may come during a wait: it must not open a connection after it.
+        wait = sleep_unless_closed(self._close_signal, lambda: self._close_requested, "GPT-Live")
         return await with_retries(
             self._open, self._o.retry, what="GPT-Live", on_retry=counted, sleep=wait
         )
