@@ -45,6 +45,8 @@ class View:
     _open: dict[str, int] = field(default_factory=dict)
 
     def apply(self, message: ServerMessage, at: float) -> None:
+        # A client's copy of what the server reported (the server derives its states from
+        # its floor); nothing here decides a state, it only remembers the last one said.
         if isinstance(message, AgentStateMessage):
             self.agent_state = message.state
             self.agent_states.append((at, message.state))
