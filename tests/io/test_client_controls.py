@@ -18,6 +18,7 @@ from rejoinder.io.protocol import (
     Clear,
     CloseCode,
     ErrorMessage,
+    Pong,
     TranscriptMessage,
     parse_server_message,
 )
@@ -174,4 +175,26 @@ async def test_a_mute_sent_with_start_is_applied_once_the_agent_is_ready(serve: 
         await barrier(ws, client)
         assert sessions[0].input_muted
         assert not [e for e in client.of_type(ErrorMessage) if e.code == "not_ready"]
+        await client.close()
+
+
+async def test_a_ping_is_answered_on_its_connection_and_never_reaches_the_session(
+    serve: Any,
+) -> None:
+    url, sessions = await serve([], [])
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC)
+        await client.start()
+        await client.until(lambda: client.states()[-1][1] == "listening", 5)
+        await ws.send_str(json.dumps({"type": "ping", "id": 7}))
+        await ws.send_str(json.dumps({"type": "ping"}))
+        await client.until(lambda: len(client.of_type(Pong)) == 2, 2)
+        assert [p.id for p in client.of_type(Pong)] == [7, None]
+        await ws.send_str(json.dumps({"type": "ping", "id": -1}))  # junk: an error
+        await barrier(ws, client)
+        assert any(
+            e.code == "invalid_message" and "id" in e.message for e in client.of_type(ErrorMessage)
+        )
+        assert len(client.of_type(Pong)) == 2
+        assert sessions[0].history.items == []  # nothing reached the conversation
         await client.close()

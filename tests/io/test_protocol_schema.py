@@ -134,7 +134,7 @@ def test_every_message_of_protocol_py_is_in_the_schema_and_its_union(
     defs = schema["$defs"]
     client, server = client_message_types(), server_message_types()
     models = all_message_models()
-    assert len(models) == 14 and {*client.values(), *server.values()} == set(models)
+    assert len(models) == 16 and {*client.values(), *server.values()} == set(models)
     assert client.keys() == protocol._CLIENT_TYPES.keys()
     for union, members in (("ClientMessage", client), ("ServerMessage", server)):
         mapping = defs[union]["discriminator"]["mapping"]

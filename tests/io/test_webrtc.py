@@ -32,6 +32,7 @@ from rejoinder.io.protocol import (
     AgentStateMessage,
     Clear,
     ErrorMessage,
+    Pong,
     Ready,
     TranscriptMessage,
     UserStateMessage,
@@ -298,6 +299,9 @@ async def test_junk_on_the_data_channel_gets_error_events_and_the_session_goes_o
         codes = [m.code for m in client.of_type(ErrorMessage)]
         assert codes == ["invalid_json", "unknown_type", "invalid_message", "invalid_message"]
         assert served.webrtc.peers == 1 and not served.conns[0].left
+        client.channel.send('{"type": "ping", "id": 3}')  # and a ping is answered there
+        pong = await client.wait_for(lambda m: isinstance(m, Pong), 5)
+        assert isinstance(pong, Pong) and pong.id == 3
         await client.close()
 
 

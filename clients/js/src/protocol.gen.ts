@@ -11,11 +11,11 @@ export type ProtocolMessage = (ClientMessage | ServerMessage)
 /**
  * A JSON text message the client sends; `type` says which.
  */
-export type ClientMessage = (Start | Played | UserText | Mute | Interrupt)
+export type ClientMessage = (Start | Played | UserText | Mute | Interrupt | Ping)
 /**
  * A JSON text message the server sends; `type` says which. A client ignores types and fields it does not know: new ones may come within a version.
  */
-export type ServerMessage = (Ready | Clear | AgentStateMessage | UserStateMessage | TranscriptMessage | ToolMessage | MetricsMessage | TimelineMessage | ErrorMessage)
+export type ServerMessage = (Ready | Clear | AgentStateMessage | UserStateMessage | TranscriptMessage | ToolMessage | MetricsMessage | TimelineMessage | ErrorMessage | Pong)
 
 /**
  * First message: the microphone audio that follows is PCM16LE mono at this rate.
@@ -63,6 +63,13 @@ export interface Mute {
  */
 export interface Interrupt {
   type: "interrupt"
+}
+/**
+ * Is this connection alive? The server answers at once with a `pong` carrying the same `id`, on the connection the ping came by. A browser cannot see a WebSocket that died silently (a network change leaves it open for minutes): a client that gets no `pong` in time takes the connection for dropped and resumes.
+ */
+export interface Ping {
+  type: "ping"
+  id?: (number | null)
 }
 export interface Ready {
   type: "ready"
@@ -150,6 +157,13 @@ export interface ErrorMessage {
    * For `session_error`: which part of the session failed.
    */
   source?: (string | null)
+}
+/**
+ * The answer to a `ping`, with its `id`.
+ */
+export interface Pong {
+  type: "pong"
+  id?: (number | null)
 }
 
 // ---- values (the types above are erased at run time) ----

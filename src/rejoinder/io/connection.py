@@ -41,7 +41,9 @@ from .protocol import (
     Interrupt,
     MetricsMessage,
     Mute,
+    Ping,
     Played,
+    Pong,
     Ready,
     ServerMessage,
     Start,
@@ -182,6 +184,8 @@ class Connection:
             self._when_ready("mute", lambda s: s.mute_input(message.muted))
         elif isinstance(message, Interrupt):
             self._when_ready("interrupt", lambda s: s.interrupt())
+        elif isinstance(message, Ping):  # the connection's own liveness: never the agent's
+            self.send(Pong(id=message.id))
         elif isinstance(message, Start):
             self.send(
                 ErrorMessage(code=ErrorCode.ALREADY_STARTED, message="start was already sent")

@@ -5,7 +5,7 @@ WebSocket transport feeds it the text frames it receives, the WebRTC transport t
 channel's messages, a test recorded JSON or junk from hypothesis. Binary frames (PCM16LE
 mono audio, both ways) never come here: the transport carries them.
 
-``parse_client_message`` returns one of ``Start``, ``Played``, ``UserText`` or raises
+``parse_client_message`` returns one of the ``ClientMessage`` types or raises
 ``ProtocolError`` with a machine-readable ``code``; it raises nothing else, whatever the
 input. Unknown fields are ignored (a newer client may send more); unknown types are an
 error the transport reports with an ``error`` event, never a reason to crash.
@@ -36,7 +36,9 @@ __all__ = [
     "Interrupt",
     "MetricsMessage",
     "Mute",
+    "Ping",
     "Played",
+    "Pong",
     "ProtocolError",
     "Ready",
     "ServerMessage",
@@ -177,13 +179,24 @@ class Interrupt(_Message):
     type: Literal["interrupt"] = "interrupt"
 
 
-ClientMessage: TypeAlias = Start | Played | UserText | Mute | Interrupt
+class Ping(_Message):
+    """Is this connection alive? The server answers at once with a ``pong`` carrying the
+    same ``id``, on the connection the ping came by. A browser cannot see a WebSocket that
+    died silently (a network change leaves it open for minutes): a client that gets no
+    ``pong`` in time takes the connection for dropped and resumes."""
+
+    type: Literal["ping"] = "ping"
+    id: Annotated[int, Field(ge=0, le=MAX_SAMPLES)] | None = None
+
+
+ClientMessage: TypeAlias = Start | Played | UserText | Mute | Interrupt | Ping
 _CLIENT_TYPES: dict[str, type[_Message]] = {
     "start": Start,
     "played": Played,
     "text": UserText,
     "mute": Mute,
     "interrupt": Interrupt,
+    "ping": Ping,
 }
 
 
@@ -205,6 +218,13 @@ class Ready(_Message):
     """Seconds the session is kept after its connection drops."""
     resumed: bool | None = None
     """True when this ``ready`` continues an earlier connection's session."""
+
+
+class Pong(_Message):
+    """The answer to a ``ping``, with its ``id``."""
+
+    type: Literal["pong"] = "pong"
+    id: int | None = None
 
 
 class Clear(_Message):
@@ -302,6 +322,7 @@ ServerMessage: TypeAlias = (
     | MetricsMessage
     | TimelineMessage
     | ErrorMessage
+    | Pong
 )
 _server_adapter: TypeAdapter[ServerMessage] = TypeAdapter(
     Annotated[ServerMessage, Field(discriminator="type")]
