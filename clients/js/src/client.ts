@@ -18,9 +18,10 @@ import { browserPlatform } from "./browser/index.js";
 import { Conversation, type Transcript } from "./conversation.js";
 import { TypedEmitter } from "./emitter.js";
 import { RejoinderError } from "./errors.js";
-import type { ReadyEvent, RejoinderEvents, Transport } from "./events.js";
+import type { ClientState, ReadyEvent, RejoinderEvents, Transport } from "./events.js";
 import { DEFAULT_CAPTURE_RATE, MAX_SAMPLE_RATE, MAX_USER_TEXT_CHARS, MIN_SAMPLE_RATE } from "./limits.js";
 import type { Link, LinkEvents } from "./links/link.js";
+import { DEFAULT_PING_INTERVAL_MS, DEFAULT_PING_TIMEOUT_MS, Heartbeat } from "./liveness.js";
 import { WebRTCLink } from "./links/webrtc.js";
 import { WebSocketLink } from "./links/websocket.js";
 import type { AudioSession, Platform } from "./platform.js";
@@ -44,6 +45,12 @@ export interface ConnectOptions {
   reconnect?: ReconnectOptions | false;
   /** How long a connection may take to bring `ready` (default 15000 ms). */
   connectTimeoutMs?: number;
+  /** While connected, ping the server this often (default 5000 ms; 0: never), to notice a
+   * connection that died without closing. */
+  pingIntervalMs?: number;
+  /** A connection whose oldest unanswered ping is this old is taken for dropped: closed
+   * (not as a goodbye) and resumed (default 10000 ms; 0: never). */
+  pingTimeoutMs?: number;
   /** An audio context to use (not closed by the client); else one is created. */
   audioContext?: AudioContext;
   /** Load the worklet from this URL (the package's `dist/worklet.js`) instead of the copy
@@ -62,7 +69,7 @@ export interface ClientOptions {
   platform?: Platform;
 }
 
-export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
+export type { ClientState } from "./events.js";
 
 export interface ClientStats {
   /** Microphone samples sent (WebSocket), over the whole `connect()`. */
@@ -82,7 +89,19 @@ interface Settings {
   readonly sampleRate: number;
   readonly timeline: boolean;
   readonly connectTimeoutMs: number;
+  /** Both set, or both 0 (no pings). */
+  readonly pingIntervalMs: number;
+  readonly pingTimeoutMs: number;
   readonly options: ConnectOptions;
+}
+
+/** A duration option: a finite number ≥ 0 (ms), or its default. */
+function milliseconds(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new RangeError(`${name} is a number of milliseconds ≥ 0, not ${String(value)}`);
+  }
+  return value;
 }
 
 function settle(options: ConnectOptions, baseUrl: string | undefined): Settings {
@@ -98,6 +117,9 @@ function settle(options: ConnectOptions, baseUrl: string | undefined): Settings 
     throw new TypeError("the camera goes over WebRTC only (transport: \"webrtc\")");
   }
   const { websocket, offer } = endpoints(options.url, baseUrl);
+  const pingIntervalMs = milliseconds("pingIntervalMs", options.pingIntervalMs, DEFAULT_PING_INTERVAL_MS);
+  const pingTimeoutMs = milliseconds("pingTimeoutMs", options.pingTimeoutMs, DEFAULT_PING_TIMEOUT_MS);
+  const pinging = pingIntervalMs > 0 && pingTimeoutMs > 0;
   return {
     transport,
     websocketUrl: websocket.href,
@@ -105,6 +127,8 @@ function settle(options: ConnectOptions, baseUrl: string | undefined): Settings 
     sampleRate,
     timeline: options.timeline === true,
     connectTimeoutMs: options.connectTimeoutMs ?? 15000,
+    pingIntervalMs: pinging ? pingIntervalMs : 0,
+    pingTimeoutMs: pinging ? pingTimeoutMs : 0,
     options,
   };
 }
@@ -118,6 +142,7 @@ function asError(error: unknown): RejoinderError {
 export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   readonly #platform: Platform;
   #state: ClientState = "idle";
+  #announced: ClientState = "idle"; // the state the last `connectionState` event told
   #conversation = new Conversation();
   #policy = new ReconnectPolicy();
   #settings: Settings | null = null;
@@ -128,6 +153,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   #run = 0; // one per connect(): callbacks of an earlier one are ignored
   #retryTimer: unknown = null;
   #readyTimer: unknown = null;
+  #heartbeat: Heartbeat | null = null; // the ready link's pings
+  #pingId = 0; // over every connection: a pong can answer only a ping of its own link
   #pending: { resolve(ready: ReadyEvent): void; reject(error: RejoinderError): void } | null = null;
   #ready: ReadyEvent | null = null;
   #sessionId: string | null = null;
@@ -201,7 +228,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       return Promise.reject(error);
     }
     this.#settings = settings;
-    this.#state = "connecting";
+    this.#setState("connecting");
     this.#conversation = new Conversation();
     this.#policy = new ReconnectPolicy(options.reconnect ?? {});
     this.#ready = null;
@@ -220,7 +247,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     } catch (error) {
       opening = Promise.reject(error);
     }
-    return new Promise<ReadyEvent>((resolve, reject) => {
+    const ready = new Promise<ReadyEvent>((resolve, reject) => {
       this.#pending = { resolve, reject };
       opening.then(
         (audio) => {
@@ -239,6 +266,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
         },
       );
     });
+    this.#announce(); // last: a listener may close() or connect() again
+    return ready;
   }
 
   /** Typed user input: a user turn (it interrupts the agent, as speech would). */
@@ -254,10 +283,12 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   /** Mutes the microphone: the session hears silence, and the user cannot take a turn or
    * interrupt. Kept across reconnects; takes effect on the server once connected. */
   mute(muted: boolean): void {
+    const changed = this.#muted !== muted;
     this.#muted = muted;
     // WebRTC: a disabled track sends silence (WebSocket: `#capture` sends zeros).
     for (const track of this.#audio?.microphone?.getAudioTracks() ?? []) track.enabled = !muted;
     if (this.#state === "connected") this.#link?.send({ type: "mute", muted });
+    if (changed) this.emit("muted", { muted });
   }
 
   /** Stops what the agent is saying now (a `clear` follows, as for a barge-in). */
@@ -270,6 +301,22 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     if (this.#state === "idle" || this.#state === "closed") return;
     this.#run += 1;
     await this.#finish(null, true);
+  }
+
+  /** The state changes now; listeners hear of it at the next `#announce()`, once the
+   * client is consistent again (a change not yet told is told before this one). */
+  #setState(next: ClientState): void {
+    this.#announce();
+    this.#state = next;
+  }
+
+  /** Tells `connectionState` listeners the state, if it is not the one they last heard. */
+  #announce(): void {
+    const previous = this.#announced;
+    const state = this.#state;
+    if (previous === state) return;
+    this.#announced = state;
+    this.emit("connectionState", { state, previous });
   }
 
   #send(message: ClientMessage): void {
@@ -383,6 +430,9 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       case "error":
         this.emit("error", RejoinderError.fromServer(message));
         break;
+      case "pong":
+        this.#heartbeat?.pong(message.id);
+        break;
     }
   }
 
@@ -397,7 +447,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     }
     this.#policy.ready(message.resume_token);
     this.#sessionId = message.session_id ?? null;
-    this.#state = "connected";
+    this.#setState("connected");
+    this.#listen();
     const ready: ReadyEvent = {
       sampleRate: message.sample_rate,
       protocol: message.protocol ?? 1,
@@ -411,6 +462,38 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     const pending = this.#pending;
     this.#pending = null;
     pending?.resolve(ready);
+    this.#announce();
+  }
+
+  /** Pings the ready link, and takes it for dropped when its pongs stop coming. */
+  #listen(): void {
+    this.#heartbeat?.stop();
+    this.#heartbeat = null;
+    const link = this.#link;
+    const { pingIntervalMs, pingTimeoutMs } = this.#settings!;
+    if (link === null || pingIntervalMs === 0) return;
+    this.#heartbeat = new Heartbeat({
+      timers: this.#platform.timers,
+      intervalMs: pingIntervalMs,
+      timeoutMs: pingTimeoutMs,
+      nextId: () => ++this.#pingId,
+      send: (id) => void link.send({ type: "ping", id }),
+      silent: (waitedMs) => this.#silent(link, waitedMs),
+    });
+  }
+
+  /** No pong came in time: the link is dropped as a dead socket would be, except that the
+   * client closes it (not as a goodbye, so the server keeps the session) and resumes. */
+  #silent(link: Link, waitedMs: number): void {
+    if (this.#link !== link) return;
+    const seconds = Math.round(waitedMs / 100) / 10;
+    const failure = new RejoinderError(
+      "connection_lost",
+      `the connection was lost: no answer to a ping for ${seconds} s`,
+      { closeCode: 1006 },
+    );
+    link.close(false, "no pong in time");
+    this.#closed({ code: 1006, reason: failure.message, serverError: null, failure });
   }
 
   /** The session is gone: its open turns are lost, and the next one is new. */
@@ -423,6 +506,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
 
   #closed(close: LinkClose): void {
     this.#platform.timers.clearTimeout(this.#readyTimer);
+    this.#heartbeat?.stop();
+    this.#heartbeat = null;
     const link = this.#link;
     this.#link = null;
     if (link !== null) this.#stats.sentBefore += link.sentSamples;
@@ -437,7 +522,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       return;
     }
     if (decision.restart !== null) this.#restarted(decision.restart);
-    this.#state = "reconnecting";
+    this.#setState("reconnecting");
     this.emit("reconnecting", {
       attempt: decision.attempt,
       delayMs: decision.delayMs,
@@ -449,15 +534,18 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     this.#retryTimer = this.#platform.timers.setTimeout(() => {
       if (run === this.#run && this.#state === "reconnecting") this.#open(decision.resume);
     }, decision.delayMs);
+    this.#announce();
   }
 
   async #finish(error: RejoinderError | null, byUser: boolean): Promise<void> {
     if (this.#state === "closed") return;
-    this.#state = "closed";
+    this.#setState("closed");
     const timers = this.#platform.timers;
     if (this.#retryTimer !== null) timers.clearTimeout(this.#retryTimer);
     timers.clearTimeout(this.#readyTimer);
     this.#retryTimer = this.#readyTimer = null;
+    this.#heartbeat?.stop();
+    this.#heartbeat = null;
     const link = this.#link;
     this.#link = null;
     if (link !== null) {
@@ -466,10 +554,12 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     }
     const audio = this.#audio;
     this.#audio = null;
-    for (const turn of this.#conversation.endSession()) this.emit("transcript", turn);
-    this.emit("close", { error, byUser });
+    // Taken before any listener runs: one may connect() again, with a promise of its own.
     const pending = this.#pending;
     this.#pending = null;
+    for (const turn of this.#conversation.endSession()) this.emit("transcript", turn);
+    this.emit("close", { error, byUser });
+    this.#announce();
     pending?.reject(
       error ?? new RejoinderError("closed", byUser ? "closed before the agent was ready" : "the session ended before it was ready"),
     );

@@ -6,6 +6,15 @@ import type { AgentStateName, UserStateName } from "./protocol.js";
 
 export type Transport = "websocket" | "webrtc";
 
+/** The client's connection: `idle` (never connected), `connecting` (until the first
+ * `ready`), `connected`, `reconnecting` (after a drop, until the next `ready`), `closed`. */
+export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
+
+export interface MutedEvent {
+  /** The microphone is muted now. */
+  readonly muted: boolean;
+}
+
 export interface ReadyEvent {
   /** The rate of the agent's audio (WebRTC: the track's, 48 kHz). */
   readonly sampleRate: number;
@@ -68,6 +77,12 @@ export interface CloseEvent {
 }
 
 export interface RejoinderEvents {
+  /** The client's `state` changed, whatever changed it (`connect()`, `close()`, a `ready`,
+   * a drop): every change, in order, each after the event that says why (`ready`,
+   * `reconnecting`, `close`). */
+  connectionState: StateChange<ClientState>;
+  /** `mute()` changed whether the microphone is muted. */
+  muted: MutedEvent;
   /** A connection is ready (the first, and each one after a reconnect). */
   ready: ReadyEvent;
   agentState: StateChange<AgentStateName>;

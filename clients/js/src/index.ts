@@ -4,15 +4,17 @@
  */
 
 export { RejoinderClient } from "./client.js";
-export type { ClientOptions, ClientState, ClientStats, ConnectOptions } from "./client.js";
+export type { ClientOptions, ClientStats, ConnectOptions } from "./client.js";
 export type { Role, StateChange, Transcript } from "./conversation.js";
 export { TypedEmitter } from "./emitter.js";
 export type { Listener } from "./emitter.js";
 export { CLOSE_CODES, ERROR_CLOSE_CODES, RejoinderError, closeInfo } from "./errors.js";
 export type { CloseAction, CloseCodeInfo } from "./errors.js";
 export type {
+  ClientState,
   CloseEvent,
   Metrics,
+  MutedEvent,
   PlayedEvent,
   ReadyEvent,
   ReconnectingEvent,

@@ -26,6 +26,7 @@ const object = (value: unknown): value is Json =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 const count = (value: unknown): value is number =>
   typeof value === "number" && Number.isInteger(value) && value > 0;
+const whole = (value: unknown): value is number => typeof value === "number" && Number.isInteger(value) && value >= 0;
 const finite = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value);
 
 /** What each known type must have; a check returns the first problem, or "". */
@@ -53,6 +54,7 @@ const CHECKS: Record<string, (m: Json) => string> = {
   timeline: (m) =>
     object(m.entry) && finite(m.entry.t) && str(m.entry.kind) ? "" : 'an entry has a number "t" and a "kind"',
   error: (m) => (str(m.code) && str(m.message) ? "" : "an error has a code and a message"),
+  pong: (m) => (optional(whole)(m.id) ? "" : "id is an integer"),
 };
 
 /** One text message from the server: typed, `null` (a type to ignore), or why not. */

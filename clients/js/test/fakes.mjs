@@ -279,6 +279,8 @@ export class FakePlatform {
 export function record(client) {
   const log = [];
   for (const name of [
+    "connectionState",
+    "muted",
     "ready",
     "agentState",
     "userState",
@@ -296,5 +298,9 @@ export function record(client) {
     client.on(name, (payload) => log.push([name, payload]));
   }
   log.of = (name) => log.filter(([n]) => n === name).map(([, p]) => p);
+  /** The names of the events, in order, without those in `skip`. */
+  log.names = (...skip) => log.map(([n]) => n).filter((n) => !skip.includes(n));
+  /** Each `connectionState` change, as "previous>state". */
+  log.states = () => log.of("connectionState").map((e) => `${e.previous}>${e.state}`);
   return log;
 }

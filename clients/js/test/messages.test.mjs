@@ -15,6 +15,8 @@ test("known messages decode as they are, extra fields kept", () => {
     { type: "metrics", metrics: { type: "llm", ttft: 0.2 } },
     { type: "timeline", entry: { t: 0.5, kind: "ob_opened", id: 1 } },
     { type: "error", code: "session_error", message: "down", source: "llm" },
+    { type: "pong", id: 7 },
+    { type: "pong" },
   ]) {
     assert.deepEqual(decodeServerMessage(JSON.stringify(message)), { ok: true, message });
   }
@@ -37,6 +39,8 @@ test("what cannot be read says why", () => {
     ['{"type": "metrics", "metrics": [1]}', "metrics"],
     ['{"type": "timeline", "entry": {"kind": "x"}}', "entry"],
     ['{"type": "error", "code": "x"}', "error"],
+    ['{"type": "pong", "id": "7"}', "pong: id"],
+    ['{"type": "pong", "id": 1.5}', "pong: id"],
   ];
   for (const [text, why] of cases) {
     const decoded = decodeServerMessage(text);

@@ -29,8 +29,9 @@ export interface Link {
   /** A report from the player (WebSocket path). */
   playerReport(report: PlayerReport): void;
   /** The client is done with this connection: `goodbye` when the user closed (the session
-   * ends with it), else the client gave up on it (no `ready` in time) and may resume. */
-  close(goodbye: boolean): void;
+   * ends with it), else the client gave up on it (no `ready` in time, no `pong` in time)
+   * and may resume; `reason` says why (a WebSocket close reason: under 123 bytes). */
+  close(goodbye: boolean, reason?: string): void;
   /** Microphone samples sent (WebSocket path). */
   readonly sentSamples: number;
 }

@@ -112,14 +112,14 @@ export class WebSocketLink implements Link {
     if (played !== null && this.send(played)) this.#options.events.played(played);
   }
 
-  close(goodbye: boolean): void {
+  close(goodbye: boolean, reason?: string): void {
     if (this.#done) return;
     this.#done = true;
     this.#options.audio.player?.reset(this.#options.epoch);
     // 1000 only when the user is done: the session closes with it. A connection the client
     // gives up on (4000) is a drop to the server, which keeps the session for a resume.
-    if (goodbye) this.#socket.close(1000, "client closed");
-    else this.#socket.close(4000, "client gave up waiting");
+    if (goodbye) this.#socket.close(1000, reason ?? "client closed");
+    else this.#socket.close(4000, reason ?? "client gave up waiting");
   }
 
   #closed(code: number, reason: string): void {
