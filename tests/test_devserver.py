@@ -157,6 +157,20 @@ async def test_gate_limits_live_sessions_and_drains() -> None:
     assert "draining" in (gate.refusal() or "")
 
 
+def test_gate_tells_its_drain_listeners_once_and_a_failing_one_stops_no_other() -> None:
+    gate: SessionGate[None] = SessionGate()
+    heard: list[str] = []
+
+    def broken() -> None:
+        heard.append("broken")
+        raise RuntimeError("a listener's bug")
+
+    gate.on_draining += [broken, lambda: heard.append("registry")]
+    gate.stop_admitting()
+    gate.stop_admitting()
+    assert heard == ["broken", "registry"] and gate.draining
+
+
 async def test_gate_closes_gracefully_before_cancelling() -> None:
     ended: list[str] = []
     stop = {"a": asyncio.Event(), "b": asyncio.Event()}
@@ -293,6 +307,7 @@ async def test_serve_health_session_limit_and_drain_when_the_client_leaves(
 ) -> None:
     agent = write(tmp_path, AGENT.format(version="version one"))
     argv = ["serve", str(agent), "--max-sessions", "1", "--drain-timeout", "20"]
+    argv += ["--resume-grace", "7"]
     async with server(argv) as srv, aiohttp.ClientSession() as http:
         async with http.get(f"{srv.base}/healthz") as response:
             assert response.status == 200
@@ -302,7 +317,8 @@ async def test_serve_health_session_limit_and_drain_when_the_client_leaves(
         ws = await http.ws_connect(f"{srv.base}/ws")
         client = Client(ws)
         ready = await client.start()
-        assert ready["protocol"] == 1
+        assert ready["protocol"] == 1 and ready["resume_grace"] == 7
+        assert any("resume its session within 7 s" in line for line in srv.lines)
         await client.wait_for(greeted("version one"))
         async with http.get(f"{srv.base}/healthz") as response:
             assert (await response.json())["sessions"] == 1

@@ -166,6 +166,7 @@ def _run_delegated(name: str, argv: Sequence[str]) -> int:
 
 def _add_server_commands(commands: Any) -> None:
     from .devserver import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT, DEV_DRAIN_TIMEOUT
+    from .io.resume import DEFAULT_GRACE
 
     about = (
         "FILE defines `async def entrypoint(conn)`, called once per connection; it builds "
@@ -220,6 +221,14 @@ def _add_server_commands(commands: Any) -> None:
             default=drain,
             help=f"on SIGTERM/SIGINT, how long live sessions may go on before they are "
             f"closed (default {drain:g})",
+        )
+        sub.add_argument(
+            "--resume-grace",
+            metavar="SECONDS",
+            type=_grace,
+            default=DEFAULT_GRACE,
+            help=f"how long a session whose client dropped waits for it to resume with its "
+            f"token (default {DEFAULT_GRACE:g}; 0 turns resuming off: a drop ends the session)",
         )
         sub.add_argument(
             "--telephony",
@@ -321,6 +330,16 @@ def _load_share(text: str) -> float:
     return value
 
 
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 24 * 3600:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"must be 0 (off) to 86400 seconds, got {text}")
+    return value
+
+
 def _run_server(args: argparse.Namespace) -> int:
     from .devserver import ServerOptions, run_server
 
@@ -335,6 +354,7 @@ def _run_server(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         max_load=args.max_load or None,
         drain_timeout=args.drain_timeout,
+        resume_grace=args.resume_grace,
         command=args.command,
         telephony=tuple(args.telephony),
         inspect=args.inspect,
@@ -367,6 +387,7 @@ def _run_ray(args: argparse.Namespace) -> int:
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         drain_timeout=args.drain_timeout,
+        resume_grace=args.resume_grace,
         telephony=tuple(args.telephony),
         public_url=args.public_url,
         twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from .discover import AgentFile, EntrypointError, load_agent_file
 from .io.admission import SessionGate
+from .io.resume import DEFAULT_GRACE
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",
@@ -80,6 +81,8 @@ class ServerOptions:
     """Phone providers whose webhooks and media sockets to serve."""
     public_url: str | None = None
     twilio_auth_token: str | None = field(default=None, repr=False)
+    resume_grace: float = DEFAULT_GRACE
+    """Seconds a session whose client dropped waits for it to resume (0: off)."""
 
 
 class ReloadingEntrypoint:
@@ -181,6 +184,7 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
             telephony=options.telephony,
             telephony_options=_phone(options),
             inspect=options.inspect,
+            resume_grace=options.resume_grace,
         )
     except ValueError as exc:  # a bad --public-url
         _error(command, str(exc))
@@ -297,6 +301,10 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
         lines.append(f"  phone:     {_phone_line(options, port, provider)}")
     if options.max_sessions is not None:
         lines.append(f"  at most {options.max_sessions} live session(s); more get HTTP 503")
+    if options.resume_grace:
+        lines.append(
+            f"  a client that drops may resume its session within {options.resume_grace:g} s"
+        )
     if options.reload:
         lines.append(f"  reloading {options.path} when it changes; Ctrl-C stops")
     else:

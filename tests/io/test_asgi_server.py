@@ -138,7 +138,12 @@ async def test_health_and_metrics_report_the_gate_and_draining(host: Start) -> N
     async with aiohttp.ClientSession() as http:
         async with http.get(served.base + "/healthz") as resp:
             assert resp.status == 200 and resp.content_type == "application/json"
-            assert await resp.json() == {"status": "ok", "sessions": 0, "max_sessions": 2}
+            assert await resp.json() == {
+                "status": "ok",
+                "sessions": 0,
+                "max_sessions": 2,
+                "detached": 0,
+            }
         async with http.get(served.base + "/metrics") as resp:
             assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
             before = samples(await resp.text())

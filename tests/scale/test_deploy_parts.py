@@ -137,6 +137,22 @@ async def test_metrics_are_labelled_by_replica(tmp_path: Path) -> None:
         await replica.aclose()
 
 
+async def test_a_replica_resumes_with_its_grace_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    replica = await _replica(tmp_path, resume_grace=12.0)
+    try:
+        resume = replica.rejoinder_app.state.resume
+        assert resume is not None and resume.grace == 12.0
+    finally:
+        await replica.aclose()
+    off = await _replica(tmp_path, resume_grace=0)
+    try:
+        assert off.rejoinder_app.state.resume is None
+    finally:
+        await off.aclose()
+    with pytest.raises(ValueError, match="resume_grace"):
+        RayOptions(path="agent.py", resume_grace=float("nan"))
+
+
 async def test_a_stopping_replica_drains_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +175,7 @@ async def test_a_stopping_replica_drains_bounded(
     assert replica.rejoinder_drained is not None
     await asyncio.wait_for(replica.rejoinder_drained.wait(), 5)
     assert conn.left.is_set() and gate.live == 0  # closed at the drain timeout
+    assert replica.rejoinder_app.state.resume.closed  # no session waits for a client now
     await session
     await replica.aclose()
 

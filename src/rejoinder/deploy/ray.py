@@ -53,6 +53,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..io.resume import DEFAULT_GRACE
+
 __all__ = [
     "CLOSE_MARGIN",
     "DEFAULT_SESSIONS_PER_REPLICA",
@@ -127,6 +129,10 @@ class RayOptions:
     public_url: str | None = None
     twilio_auth_token: str | None = field(default=None, repr=False)
     inspect: bool = False
+    resume_grace: float = DEFAULT_GRACE
+    """Seconds a session whose client dropped waits for it on its replica (0: off). A
+    resume reaches that replica only if the proxy happens to route it there; elsewhere it
+    is refused (``resume_failed``) and the client starts anew."""
 
     def __post_init__(self) -> None:
         if self.sessions_per_replica < 1:
@@ -138,6 +144,8 @@ class RayOptions:
             )
         if self.drain_timeout < 0:
             raise ValueError(f"drain_timeout must be >= 0: {self.drain_timeout}")
+        if not self.resume_grace >= 0:  # NaN fails this too
+            raise ValueError(f"resume_grace must be >= 0 (0: off): {self.resume_grace}")
         object.__setattr__(self, "path", str(Path(self.path).resolve()))
 
 
@@ -239,6 +247,7 @@ class RejoinderReplica:
             twilio_auth_token=options.twilio_auth_token,
             inspect=options.inspect,
             metrics_labels=self.rejoinder_labels,
+            resume_grace=options.resume_grace,
         )
         self.rejoinder_drained = asyncio.Event()
         self._rejoinder_watcher = asyncio.create_task(self._watch(), name="rejoinder-replica-watch")

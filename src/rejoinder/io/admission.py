@@ -95,6 +95,9 @@ class SessionGate(Generic[C]):
     _idle: asyncio.Event | None = None
     started_total: int = 0
     refused_total: int = 0
+    on_draining: list[Callable[[], None]] = field(default_factory=list)
+    """Called once, as the gate starts draining (the sessions waiting for a client to
+    resume end then: a client that comes back is sent to another server)."""
 
     def __post_init__(self) -> None:
         if self.max_sessions is not None and self.max_sessions < 1:
@@ -187,7 +190,14 @@ class SessionGate(Generic[C]):
 
     def stop_admitting(self) -> None:
         """From now on every new session is refused (``status`` is ``"draining"``)."""
+        if self._draining:
+            return
         self._draining = True
+        for call in self.on_draining:
+            try:
+                call()
+            except Exception:  # one listener's bug must not stop the drain
+                logger.exception("a drain listener failed")
 
     async def drain(self, seconds: float) -> int:
         """Stop admitting; wait up to ``seconds`` for live sessions to end, then

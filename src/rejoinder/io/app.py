@@ -8,7 +8,8 @@
   extra is installed;
 - the phone providers' webhooks and media sockets named in ``telephony`` (e.g.
   ``POST /twilio/twiml`` and ``GET /twilio``; ``rejoinder.io.telephony``);
-- ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M}`` (HTTP 200), or
+- ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M, "detached": D}``
+  (HTTP 200; ``detached``: those of the N waiting for their client to resume), or
   ``"status": "draining"`` with HTTP 503 once the server is shutting down, so a load
   balancer stops sending clients (live sessions by transport are in ``/metrics``);
 - ``GET /metrics``: the app's Prometheus metrics (``rejoinder.io.server_metrics``:
@@ -107,11 +108,11 @@ def create_app(
     dropped waits for it to resume (0: it ends at once; see ``rejoinder.io.resume``).
     """
     gate = host_gate(max_sessions, gate)
-    resume = resume_registry(resume_grace)
+    resume = resume_registry(resume_grace, gate)
     app = web.Application()
     app[GATE] = gate
     app[RESUME] = resume
-    app[METRICS] = server_metrics = ServerMetrics(gate, labels=metrics_labels)
+    app[METRICS] = server_metrics = ServerMetrics(gate, labels=metrics_labels, resume=resume)
     entrypoint = observed(entrypoint, server_metrics)
 
     ws_handler = websocket_handler(entrypoint, websocket, run=gate.run, resume=resume)
@@ -144,7 +145,7 @@ def create_app(
         app.add_routes(page_routes())
 
     async def healthz(_request: web.Request) -> web.Response:
-        return respond(health_answer(gate))
+        return respond(health_answer(gate, resume))
 
     async def metrics(_request: web.Request) -> web.Response:
         return respond(metrics_answer(server_metrics))

@@ -130,6 +130,9 @@ class Connection:
         self._link.connection = self
         self._match_tts_rate = match_tts_rate
         self._left = asyncio.Event()
+        self._attended = asyncio.Event()
+        """Set unless the session waits for its client to resume."""
+        self._attended.set()
         self._ready = False
         """``session.start`` returned: typed text and keys go to the session."""
         self._text = AgentText(self.send)
@@ -160,6 +163,12 @@ class Connection:
 
     async def wait_left(self) -> None:
         await self._left.wait()
+
+    async def wait_attended(self) -> None:
+        """Wait while the session is detached: until a connection resumed it, or its
+        client is gone for good. (The ASGI host holds a dropped socket's request this long,
+        so a server that counts requests, as Ray Serve does, still counts the session.)"""
+        await self._attended.wait()
 
     def send(self, message: ServerMessage) -> None:
         """Send a protocol message to the client (dropped once it left, or while the
@@ -210,6 +219,7 @@ class Connection:
             return
         self.left_reason = reason
         self._left.set()
+        self._attended.set()
         self._stop_silence()
         if self.resume is not None:
             self.resume.forget(self)
@@ -250,6 +260,7 @@ class Connection:
             return False
         logger.info("the client of %s dropped (%s): its session waits for it", self.id, reason)
         self._let_go(link, "lost")
+        self._attended.clear()
         self._silence = asyncio.get_running_loop().create_task(
             hear_silence(self.audio_input), name=f"rejoinder-silence-{self.id}"
         )
@@ -270,6 +281,7 @@ class Connection:
         self.resume.attached(self)
         self._stop_silence()
         self._link = link
+        self._attended.set()
         link.connection = self
         self.resumes += 1
         if link.send_audio is not None and link.send_clear is not None:

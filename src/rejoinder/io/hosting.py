@@ -208,15 +208,21 @@ class HttpAnswer:
         return self.body.encode() if isinstance(self.body, str) else self.body
 
 
-def health_answer(gate: SessionGate[Connection]) -> HttpAnswer:
+def health_answer(
+    gate: SessionGate[Connection], resume: ResumeRegistry | None = None
+) -> HttpAnswer:
     """``GET /healthz``: the status and the session counts; 503 once draining, so a load
-    balancer stops sending clients."""
+    balancer stops sending clients. ``detached`` (when the app resumes sessions): how many
+    of the ``sessions`` wait for their client to come back; they still run, and still
+    count against ``max_sessions``."""
     status = gate.status
     body: dict[str, Any] = {
         "status": status,
         "sessions": gate.live,
         "max_sessions": gate.max_sessions,
     }
+    if resume is not None:
+        body["detached"] = resume.detached
     if gate.load is not None:
         body["capacity"] = gate.load.capacity
         body["load"] = round(gate.load.utilization, 3)
@@ -268,14 +274,18 @@ def host_gate(
     return gate
 
 
-def resume_registry(grace: float) -> ResumeRegistry | None:
+def resume_registry(grace: float, gate: SessionGate[Connection]) -> ResumeRegistry | None:
     """The registry an application's sessions wait in after their client dropped, for
-    ``grace`` seconds (0: none, resuming is off)."""
+    ``grace`` seconds (0: none, resuming is off). It closes as ``gate`` starts draining:
+    behind a load balancer, a client coming back then is sent to another server, so the
+    sessions waiting for theirs end and no more are kept."""
     if grace == 0:
         return None
     from .resume import ResumeRegistry
 
-    return ResumeRegistry(grace)
+    registry = ResumeRegistry(grace)
+    gate.on_draining.append(registry.close)
+    return registry
 
 
 def observed(entrypoint: Entrypoint, metrics: ServerMetrics) -> Entrypoint:

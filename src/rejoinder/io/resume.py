@@ -37,10 +37,6 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ..models.audio import AudioFrame
-
 if TYPE_CHECKING:
     from ..models.chat import ChatMessage
     from ..session import AgentSession, SpeechHandle
@@ -217,6 +213,10 @@ class ResumeRegistry:
 async def hear_silence(mic: PushAudioInput, frame_seconds: float = 0.02) -> None:
     """Push silence into ``mic`` at the real-time pace until cancelled: a detached
     session's microphone, as a muted one sounds (its VAD ends a turn the drop cut off)."""
+    import numpy as np  # here: the CLI imports this module for its defaults
+
+    from ..models.audio import AudioFrame
+
     loop = asyncio.get_running_loop()
     rate = mic.sample_rate
     samples = max(1, round(rate * frame_seconds))

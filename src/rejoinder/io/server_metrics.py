@@ -21,9 +21,17 @@ separate counts. What it exposes:
 ``rejoinder_errors_total``                  counter, ``source``: ``error`` events
 ``rejoinder_obligations_expired_total``     counter, ``kind``: a watchdog closed an
                                             obligation that stayed open too long
+``rejoinder_sessions_detached``             gauge: sessions waiting for their client to
+                                            resume (counted in ``sessions_live`` too)
+``rejoinder_resumes_total``                 counter, ``outcome``: ``resumed`` (a client
+                                            took its session back), ``expired`` (the
+                                            grace ran out), ``evicted`` (too many were
+                                            waiting), ``refused`` (a token named no
+                                            session)
 ==========================================  ============================================
 
-The first five are read from the ``SessionGate`` at scrape time. The others are fed by
+The first five are read from the ``SessionGate`` at scrape time, the last two (when the
+app resumes sessions) from its ``ResumeRegistry``. The others are fed by
 each session's events: ``observe(session)`` subscribes to them (the app puts it in every
 connection's ``session_observers``) and unsubscribes when the session closes. Latencies
 come from ``metrics_collected`` payloads, typed (``LLMMetrics.ttft``, ``TTSMetrics.ttfb``,
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
     from ..session import AgentSession
     from .admission import SessionGate
     from .connection import Connection
+    from .resume import ResumeRegistry
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "ServerMetrics", "transport_counts"]
 
@@ -102,16 +111,46 @@ class _GateCollector(Collector):
         yield by_transport
 
 
+class _ResumeCollector(Collector):
+    """The resuming counts, read from the registry at scrape time."""
+
+    def __init__(self, resume: ResumeRegistry) -> None:
+        self._resume = resume
+
+    def collect(self) -> Iterable[Metric]:
+        resume = self._resume
+        yield GaugeMetricFamily(
+            "rejoinder_sessions_detached",
+            "Sessions waiting for their client to resume.",
+            resume.detached,
+        )
+        outcomes = CounterMetricFamily(
+            "rejoinder_resumes", "Sessions resumed, or not, by outcome.", labels=["outcome"]
+        )
+        outcomes.add_metric(["resumed"], resume.resumed_total)
+        outcomes.add_metric(["expired"], resume.expired_total)
+        outcomes.add_metric(["evicted"], resume.evicted_total)
+        outcomes.add_metric(["refused"], resume.refused_total)
+        yield outcomes
+
+
 class ServerMetrics:
     """The metrics of one application (see the module docstring)."""
 
     def __init__(
-        self, gate: SessionGate[Connection], *, labels: Mapping[str, str] | None = None
+        self,
+        gate: SessionGate[Connection],
+        *,
+        labels: Mapping[str, str] | None = None,
+        resume: ResumeRegistry | None = None,
     ) -> None:
         """``labels``: constant labels on every sample (a replica's name, a region), so
-        several processes' metrics can be told apart where they are scraped together."""
+        several processes' metrics can be told apart where they are scraped together.
+        ``resume``: the app's registry of sessions waiting for their client, if any."""
         self.registry = CollectorRegistry()
         self.registry.register(_GateCollector(gate))
+        if resume is not None:
+            self.registry.register(_ResumeCollector(resume))
         self._exposed = self.registry
         if labels:
             self._exposed = CollectorRegistry(auto_describe=False)

@@ -26,6 +26,16 @@ What the ASGI server does rather than the app: WebSocket pings (uvicorn's
 ``max_frame_bytes`` are closed with 1009 by this host, as aiohttp does; keep the server's
 own limit (uvicorn's ``ws_max_size``, 16 MiB by default) above it.
 
+Resuming (``resume_grace``, 30 s by default; 0 turns it off) works as on aiohttp (see
+``rejoinder.io.resume``), for the WebSocket transport: a socket that drops without the
+client's close 1000 leaves its session waiting for the client, and its request is held
+until the session is resumed or ends, so a server that counts requests as load (Ray
+Serve) still counts it. The registry (``app.state.resume``) closes, ending the sessions
+that wait, when the gate starts draining or at the lifespan's shutdown. (uvicorn waits for
+open requests before that shutdown: drain the gate first, as a Ray replica does, or its
+shutdown waits up to ``resume_grace`` for them.) It is per process: a token only resumes on the
+process (the Ray replica) that issued it; elsewhere it is refused (``resume_failed``).
+
 WebRTC is not served here: its signalling (``POST /api/offer``) and its media (UDP to the
 process that holds the peer connection) stay on the aiohttp host (``create_app``), since
 a request routed through an ASGI proxy cannot bring the UDP flow to the same replica.
@@ -43,7 +53,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "rejoinder.io.asgi needs the asgi extra: pip install 'rejoinder[asgi]'"
     ) from exc
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -51,7 +62,8 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
-from ..hosting import health_answer, host_gate, metrics_answer, observed
+from ..hosting import health_answer, host_gate, metrics_answer, observed, resume_registry
+from ..resume import DEFAULT_GRACE
 from ..server_metrics import ServerMetrics
 from ..websocket import WebSocketOptions
 
@@ -78,19 +90,22 @@ def create_asgi_app(
     twilio_auth_token: str | None = None,
     inspect: bool = False,
     metrics_labels: Mapping[str, str] | None = None,
+    resume_grace: float = DEFAULT_GRACE,
 ) -> Starlette:
     """A Starlette application serving ``entrypoint`` (called once per connection), with
     ``create_app``'s options (less ``webrtc``). ``public_url`` and ``twilio_auth_token``
     set those fields of ``telephony_options`` (see ``TelephonyOptions``); ``metrics_labels``
-    are constant labels on every ``/metrics`` sample."""
+    are constant labels on every ``/metrics`` sample; ``resume_grace``: seconds a session
+    whose client dropped waits for it to resume (0: it ends at once)."""
     gate = host_gate(max_sessions, gate)
-    metrics = ServerMetrics(gate, labels=metrics_labels)
+    resume = resume_registry(resume_grace, gate)
+    metrics = ServerMetrics(gate, labels=metrics_labels, resume=resume)
     entrypoint = observed(entrypoint, metrics)
     ws_options = websocket or WebSocketOptions()
 
     routes: list[BaseRoute] = [
-        WebSocketRoute("/ws", client_route(entrypoint, ws_options, gate)),
-        Route("/healthz", answering(lambda _: health_answer(gate))),
+        WebSocketRoute("/ws", client_route(entrypoint, ws_options, gate, resume)),
+        Route("/healthz", answering(lambda _: health_answer(gate, resume))),
         Route("/metrics", answering(lambda _: metrics_answer(metrics))),
     ]
     service = None
@@ -103,8 +118,16 @@ def create_asgi_app(
         routes += page_routes()
     if inspect:
         routes += inspect_routes(gate)
-    app = Starlette(routes=routes)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        if resume is not None:
+            resume.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gate = gate
+    app.state.resume = resume
     app.state.metrics = metrics
     app.state.telephony = service
     return app

@@ -14,6 +14,7 @@ from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import HttpAnswer, SocketBinding, first_values, refused_answer, run_socket
 from ..protocol import CloseCode
+from ..resume import ResumeRegistry
 from ..websocket import WebSocketOptions, WebSocketPeer
 from ..websocket import client_socket as shared_client_socket
 from .http import response
@@ -36,6 +37,16 @@ class AsgiFrames:
         self._max = max_frame_bytes
         self._name = name
         self._closed = False
+        self.client_code: int | None = None
+        """The code of the client's close frame as the server reports it; None: the socket
+        ended without one reaching us (a broken connection, an unanswered ping)."""
+
+    def said_goodbye(self) -> bool:
+        """The client closed with 1000: it is done. Any other end is a drop, a close frame
+        without a code included: uvicorn reports a broken connection as 1005 too, the
+        code the ASGI spec gives a close frame without one, so the two cannot be told
+        apart here (aiohttp can: there, a bare close is a goodbye as well)."""
+        return self.client_code == CloseCode.NORMAL
 
     @property
     def closed(self) -> bool:
@@ -50,6 +61,8 @@ class AsgiFrames:
                 return None
             if message["type"] == "websocket.disconnect":
                 self._closed = True
+                code = message.get("code")
+                self.client_code = code if isinstance(code, int) else None
                 return None
             text = message.get("text")
             if text is not None:
@@ -118,23 +131,48 @@ def client_socket(
     opts: WebSocketOptions,
     run: Callable[[Entrypoint, Connection], Awaitable[None]],
     ws: WebSocket,
+    *,
+    resume: ResumeRegistry | None = None,
+    goodbye: Callable[[], bool] | None = None,
 ) -> tuple[WebSocketPeer, SocketBinding]:
     """One protocol v1 client, wired as ``websocket.client_socket`` wires it on aiohttp."""
     query = first_values(ws.query_params.multi_items())
-    return shared_client_socket(entrypoint, opts, run, remote=remote(ws), query=query)
+    return shared_client_socket(
+        entrypoint, opts, run, remote=remote(ws), query=query, resume=resume, goodbye=goodbye
+    )
 
 
 def client_route(
-    entrypoint: Entrypoint, opts: WebSocketOptions, gate: SessionGate[Connection]
+    entrypoint: Entrypoint,
+    opts: WebSocketOptions,
+    gate: SessionGate[Connection],
+    resume: ResumeRegistry | None = None,
 ) -> Callable[[WebSocket], Awaitable[None]]:
+    """``GET /ws``. With ``resume``, a socket that drops leaves its session waiting for
+    the client, and its request is held until the session is resumed or ends: a server
+    that counts requests as load (Ray Serve's ``max_ongoing_requests``) still counts the
+    session, which still runs here."""
+
+    async def serve(ws: WebSocket) -> None:
+        await ws.accept()
+        frames = AsgiFrames(ws, max_frame_bytes=opts.max_frame_bytes, name="ws")
+        goodbye = frames.said_goodbye if resume is not None else None
+        peer, binding = client_socket(
+            entrypoint, opts, gate.run, ws, resume=resume, goodbye=goodbye
+        )
+        await run_socket(frames, binding)
+        conn = peer.connection
+        if conn is not None and conn.detached:
+            await conn.wait_attended()
+
     async def route(ws: WebSocket) -> None:
+        if resume is not None and resume.knows(ws.query_params.get("resume")):
+            await serve(ws)  # its session holds its place already
+            return
         with gate.admit() as admission:
             if admission is None:
                 await deny(ws, refused_answer(gate))
                 return
-            await ws.accept()
-            _peer, binding = client_socket(entrypoint, opts, gate.run, ws)
-            frames = AsgiFrames(ws, max_frame_bytes=opts.max_frame_bytes, name=binding.name)
-            await run_socket(frames, binding)
+            await serve(ws)
 
     return route
