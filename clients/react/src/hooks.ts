@@ -42,7 +42,8 @@ export interface UseRejoinder {
   readonly connect: (options?: Partial<ConnectOptions>) => Promise<ReadyEvent | null>;
   /** Ends the session and releases the microphone and the audio. */
   readonly close: () => Promise<void>;
-  /** `idle`, `connecting`, `connected`, `reconnecting` or `closed`. */
+  /** `idle`, `connecting`, `connected`, `reconnecting` or `closed`, whatever changed it
+   * (this hook's `connect`/`close`, the client's own methods called anywhere, the server). */
   readonly state: ClientState;
   /** Why the last `connect()` failed or the session ended with an error (`null` after a
    * normal end, a `close()`, or a new `connect()`). */
@@ -101,8 +102,8 @@ export interface UseMicrophone {
   readonly setMuted: (muted: boolean | ((muted: boolean) => boolean)) => void;
 }
 
-/** The microphone's mute. Mute through `setMuted` (the client emits no event for a
- * `client.mute()` called directly, so no hook would see it). */
+/** The microphone's mute: `muted` follows every change, a `client.mute()` called anywhere
+ * else too. */
 export function useMicrophone(client?: RejoinderClient): UseMicrophone {
   const store = ClientStore.of(useClient(client, "useMicrophone"));
   const muted = useSlice(store.muted);

@@ -3,10 +3,13 @@
  * React here.
  *
  * The client is the store: a slice's snapshot is read from the client's getters, and a
- * slice is told to look again on the client's events that can change it. Two changes come
- * with no event (`connect()` starting, `mute()`), so the hooks make them through
- * `ClientStore`, which then tells every slice to look again: a slice whose value did not
- * change re-renders nothing (React compares snapshots with `Object.is`).
+ * slice is told to look again on the client's events that can change it. The client says
+ * every change of its connection (`connectionState`) and of its mute (`muted`), whoever
+ * made it, so a component sees a `client.mute()` or `client.close()` called anywhere. (A
+ * client older than those events says neither a `connect()` starting nor a `mute()`: the
+ * hooks' own calls go through `ClientStore`, which then tells every slice to look again.)
+ * A slice whose value did not change re-renders nothing (React compares snapshots with
+ * `Object.is`).
  *
  * One `ClientStore` per client (`ClientStore.of`), however many components watch it. It
  * holds what the client does not keep: the error the last session ended or failed with.
@@ -34,9 +37,11 @@ export interface Slice<T> {
 
 type EventName = keyof RejoinderEvents;
 
-// A session ending, or restarting, resets the agent's and the user's states without an
-// event of their own (the client's conversation starts over).
-const SESSION_ENDS: readonly EventName[] = ["close", "sessionRestarted"];
+// A session starting, ending or restarting resets the agent's and the user's states and
+// the transcript without an event of their own (the client's conversation starts over).
+const SESSION_CHANGES: readonly EventName[] = ["connectionState", "close", "sessionRestarted"];
+// `connectionState` says every change; the others are what a client without it says.
+const CONNECTION_CHANGES: readonly EventName[] = ["connectionState", "ready", "reconnecting", "close"];
 
 const stores = new WeakMap<RejoinderClient, ClientStore>();
 
@@ -85,12 +90,12 @@ export class ClientStore {
 
   private constructor(client: RejoinderClient) {
     this.client = client;
-    this.state = this.#slice(["ready", "reconnecting", "close"], () => client.state);
-    this.agentState = this.#slice(["agentState", ...SESSION_ENDS], () => client.agentState);
-    this.userState = this.#slice(["userState", ...SESSION_ENDS], () => client.userState);
-    this.transcripts = this.#slice(["transcript"], () => this.#readTranscripts());
-    this.muted = this.#slice([], () => client.muted);
-    this.error = this.#slice(["close"], () => this.#error);
+    this.state = this.#slice(CONNECTION_CHANGES, () => client.state);
+    this.agentState = this.#slice(["agentState", ...SESSION_CHANGES], () => client.agentState);
+    this.userState = this.#slice(["userState", ...SESSION_CHANGES], () => client.userState);
+    this.transcripts = this.#slice(["transcript", ...SESSION_CHANGES], () => this.#readTranscripts());
+    this.muted = this.#slice(["muted"], () => client.muted);
+    this.error = this.#slice(["close", "connectionState"], () => this.#error);
   }
 
   /**
@@ -134,7 +139,7 @@ export class ClientStore {
     this.#changed();
   }
 
-  /** Every slice looks again (changes the client emits no event for). */
+  /** Every slice looks again (for a client that emits no `connectionState` or `muted`). */
   #changed(): void {
     for (const listener of [...this.#all]) listener();
   }
@@ -154,13 +159,21 @@ export class ClientStore {
     return { subscribe, get };
   }
 
-  /** While anything is subscribed: keep the error a session ends with. Added before the
-   * first slice's own listener, so the `error` slice reads it already set. */
+  /** While anything is subscribed: keep the error a session ends with, and forget it when
+   * a new one starts (a `connect()` called on the client directly too). Added before the
+   * first slice's own listeners, so the `error` slice reads it already set. */
   #watch(): void {
     if (this.#stopWatching !== null) return;
-    this.#stopWatching = this.client.on("close", (event) => {
+    const offClose = this.client.on("close", (event) => {
       this.#error = event.error;
     });
+    const offState = this.client.on("connectionState", ({ state }) => {
+      if (state === "connecting") this.#error = null;
+    });
+    this.#stopWatching = () => {
+      offClose();
+      offState();
+    };
   }
 
   #unwatch(): void {

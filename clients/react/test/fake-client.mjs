@@ -2,7 +2,9 @@
 // (`on`, `once`, `off`), `connect`, `close`, `mute`, `sendText`, `interrupt` and the
 // getters the hooks read. The test drives it as the real client's server would
 // (`emitState`, `emitTranscript`, `ready`, `fail`, ...) and reads what is still listened
-// to (`listenerCount`).
+// to (`listenerCount`). Like the real client it says every change of its state
+// (`connectionState`, after the event that says why) and of its mute (`muted`);
+// `{ legacy: true }` makes it a client from before those events, which says neither.
 import { RejoinderError } from "@rejoinder/client";
 
 export class FakeClient {
@@ -18,6 +20,11 @@ export class FakeClient {
   sentTexts = [];
   interrupts = 0;
   closes = 0;
+  #legacy;
+
+  constructor({ legacy = false } = {}) {
+    this.#legacy = legacy;
+  }
 
   // ---- the public surface
   on(event, listener) {
@@ -61,11 +68,14 @@ export class FakeClient {
       return Promise.reject(new RejoinderError("already_connected", `connect() while ${this.#state}`));
     }
     this.connects.push(options);
+    const previous = this.#state;
     this.#state = "connecting";
     this.#agentState = this.#userState = null;
     this.#turns = [];
     this.#open = { user: null, agent: null };
-    return new Promise((resolve, reject) => (this.#pending = { resolve, reject }));
+    const connecting = new Promise((resolve, reject) => (this.#pending = { resolve, reject }));
+    this.#told(previous);
+    return connecting;
   }
 
   async close() {
@@ -75,7 +85,9 @@ export class FakeClient {
   }
 
   mute(muted) {
+    const changed = this.#muted !== muted;
     this.#muted = muted;
+    if (changed && !this.#legacy) this.emit("muted", { muted });
   }
 
   sendText(text) {
@@ -98,11 +110,13 @@ export class FakeClient {
   }
 
   ready() {
+    const previous = this.#state;
     this.#state = "connected";
     const ready = { sampleRate: 16000, protocol: 1, sessionId: "s1", resumed: false, transport: "websocket" };
     this.emit("ready", ready);
     this.#pending?.resolve(ready);
     this.#pending = null;
+    this.#told(previous);
   }
 
   emitAgentState(state) {
@@ -129,8 +143,10 @@ export class FakeClient {
   }
 
   drop(error) {
+    const previous = this.#state;
     this.#state = "reconnecting";
     this.emit("reconnecting", { attempt: 1, delayMs: 250, error, resuming: true });
+    this.#told(previous);
   }
 
   /** The session fails (before `ready`: `connect()` rejects with `error` too). */
@@ -139,6 +155,7 @@ export class FakeClient {
   }
 
   #finish(error, byUser) {
+    const previous = this.#state;
     this.#state = "closed";
     for (const role of ["user", "agent"]) {
       const index = this.#open[role];
@@ -148,8 +165,15 @@ export class FakeClient {
       this.emit("transcript", this.#turns[index]);
     }
     this.#agentState = this.#userState = null;
-    this.emit("close", { error, byUser });
-    this.#pending?.reject(error ?? new RejoinderError("closed", "closed before the agent was ready"));
+    const pending = this.#pending;
     this.#pending = null;
+    this.emit("close", { error, byUser });
+    this.#told(previous);
+    pending?.reject(error ?? new RejoinderError("closed", "closed before the agent was ready"));
+  }
+
+  /** `connectionState`, when the state is not `previous` any more. */
+  #told(previous) {
+    if (!this.#legacy && previous !== this.#state) this.emit("connectionState", { state: this.#state, previous });
   }
 }

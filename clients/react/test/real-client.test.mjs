@@ -7,6 +7,7 @@ import {
   AgentStateIndicator,
   RejoinderProvider,
   useAgentState,
+  useMicrophone,
   useRejoinder,
   useTranscript,
   useUserState,
@@ -97,6 +98,7 @@ async function connected(platform, { strict = false } = {}) {
     agent: useAgentState(),
     user: useUserState(),
     turns: useTranscript(),
+    microphone: useMicrophone(),
   });
   const tree = h(RejoinderProvider, { clientOptions: { platform } }, h(probe(Call, seen)), h(AgentStateIndicator));
   const renderer = render(strict ? h(StrictMode, null, tree) : tree);
@@ -183,5 +185,17 @@ test("under StrictMode (mount, unmount, mount): one client, one connection, clos
   act(() => socket.say({ type: "agent_state", state: "listening" }));
   assert.equal(seen.at(-1).agent, "listening");
   await act(async () => renderer.unmount());
+  assert.equal(socket.closedWith, 1000);
+});
+
+test("a mute and a close called on the real client directly show in the hooks", async () => {
+  const { seen, socket } = await connected(fakePlatform());
+  const { client } = seen.at(-1).session;
+  act(() => client.mute(true));
+  assert.equal(seen.at(-1).microphone.muted, true);
+  assert.deepEqual(socket.sent.at(-1), { type: "mute", muted: true });
+  await act(() => client.close());
+  assert.equal(seen.at(-1).session.state, "closed");
+  assert.equal(seen.at(-1).session.error, null);
   assert.equal(socket.closedWith, 1000);
 });
