@@ -17,12 +17,12 @@ function mount(client, props = {}) {
     mount.session = useRejoinder({ url: "/" });
     return h(AgentStateIndicator, props);
   };
-  const renderer = render(h(RejoinderProvider, { client }, h(Call)));
+  const view = render(h(RejoinderProvider, { client }, h(Call)));
   const shown = () => {
-    const span = renderer.root.findByProps({ role: "status" });
-    return { label: span.children.at(-1), title: span.props.title, data: span.props["data-state"] };
+    const span = view.query('[role="status"]');
+    return { label: span.lastChild.textContent, title: span.title, data: span.dataset.state };
   };
-  return { renderer, shown };
+  return { view, shown };
 }
 
 test("the label says what the agent does, the title its technical state", async () => {
@@ -63,7 +63,7 @@ test("what is shown: the connection's state until connected, then the agent's", 
 test("words of your own, a class name and a style", () => {
   const client = new FakeClient();
   const labels = { listening: "Je vous écoute", idle: "Hors ligne" };
-  const { renderer, shown } = mount(client, { labels, className: "badge", style: { fontSize: 12 } });
+  const { view, shown } = mount(client, { labels, className: "badge", style: { fontSize: 12 } });
   assert.equal(shown().label, "Hors ligne");
   act(() => {
     client.connect({ url: "/" }).catch(() => {});
@@ -73,12 +73,15 @@ test("words of your own, a class name and a style", () => {
   assert.deepEqual(shown(), { label: "Je vous écoute", title: "listening", data: "listening" });
   act(() => client.emitAgentState("thinking"));
   assert.equal(shown().label, "Thinking"); // the rest stay as they are
-  const span = renderer.root.findByProps({ role: "status" });
-  assert.equal(span.props.className, "badge");
-  assert.deepEqual(span.props.style, { fontSize: 12 });
-  const dot = span.children[0];
-  assert.equal(dot.props["aria-hidden"], "true");
-  assert.equal(dot.props.style.borderRadius, "50%");
+  const span = view.query('[role="status"]');
+  assert.equal(span.className, "badge");
+  assert.equal(span.style.cssText, "font-size: 12px;");
+  assert.equal(span.childNodes.length, 2); // the dot, then the word
+  const dot = span.firstChild;
+  assert.equal(dot.getAttribute("aria-hidden"), "true");
+  assert.equal(dot.style.borderRadius, "50%");
+  assert.equal(dot.style.background, "rgb(217, 119, 6)"); // thinking's amber
+  assert.equal(span.textContent, "Thinking");
 });
 
 test("it re-renders only when what it shows changes", () => {

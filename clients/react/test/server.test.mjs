@@ -1,6 +1,6 @@
 // Rendering on a server (react-dom/server): the hooks read an idle client. In a file of
-// its own: node --test runs each file in its own process, and React 18 warns when two
-// renderers (this and react-test-renderer) have used the same context in one process.
+// its own: node --test runs each file in its own process, and the other files install a
+// jsdom document (test/render.mjs), where this one must run with none, as a server does.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { renderToString } from "react-dom/server";
