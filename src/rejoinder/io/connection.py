@@ -308,12 +308,22 @@ class Connection:
         if self._feed is not None:
             self._feed.stop()
             self._feed = None
-        heard = self.audio_output.detach()
         session = self.session
-        if heard is None or session is None or _is_realtime(session) or session.tts is None:
-            return  # a realtime model was told where it was cut, as for a barge-in
-        self._cut = cut = ReplyCut(session, session.current_speech, heard)
-        if not self.audio_output.cutting:
+        cut = None
+        if session is not None and (_is_realtime(session) or session.tts is not None):
+            # Before the detach: a realtime model records the heard part within it.
+            realtime = _is_realtime(session)
+            cut = ReplyCut(session, session.current_speech, realtime=realtime)
+            self._cut = cut
+        heard = self.audio_output.detach()
+        if cut is None:
+            return
+        if heard is None:  # nothing was playing: nothing was cut
+            cut.settled = True
+            self._cut = None
+            return
+        cut.heard = heard
+        if not cut.settled and not self.audio_output.cutting:
             # Its audio was all out already: its whole text is in the agent text.
             cut.text_known(self._text.final(), ended=True)
 
@@ -471,14 +481,14 @@ class Connection:
         def item_added(ev: Any) -> None:
             item = ev.item
             if isinstance(item, ChatMessage) and item.role == "assistant":
-                self._text.final()
+                given = self._text.final()
                 send(
                     TranscriptMessage(
                         role="agent", text=item.content, final=True, interrupted=item.interrupted
                     )
                 )
                 if self._cut is not None:
-                    self._cut.recorded(item)  # in this step: the rest is owed at once
+                    self._cut.recorded(item, given)  # in this step: the rest is owed at once
             elif isinstance(item, FunctionCall):
                 send(ToolMessage(name=item.name, call_id=item.call_id, status="started"))
             elif isinstance(item, FunctionCallOutput):

@@ -17,7 +17,9 @@ While detached (``Connection.lost``):
   marked interrupted, and the rest of that reply's audio is dropped
   (``ReportedPlayback.detach``). Its words not heard are said again (``ReplyCut``): a
   new speech with the unheard rest of its text, queued as the cut reply ends, so it is
-  owed (``thinking``) from then on and plays when the client is back;
+  owed (``thinking``) from then on and plays when the client is back (a realtime model,
+  which speaks for itself and was told where it was cut as for a barge-in, is asked to
+  say that rest: ``continue_instructions``);
 - what the agent says meanwhile is held, never counted as heard, and played to the next
   client (the agent is ``thinking``, never ``speaking``, while nobody listens);
 - everything owed (tools, a reply being generated) goes on.
@@ -49,6 +51,7 @@ __all__ = [
     "MAX_DETACHED",
     "ReplyCut",
     "ResumeRegistry",
+    "continue_instructions",
     "hear_silence",
     "unheard_rest",
 ]
@@ -249,20 +252,39 @@ def unheard_rest(text: str, heard: str) -> str:
     return ""
 
 
+def continue_instructions(rest: str) -> str:
+    """What a realtime model is asked, to say the rest of a reply a drop cut: it speaks
+    for itself (no TTS to give the words to), and it was told where it was cut."""
+    return (
+        "The user's connection dropped while you were speaking, so they did not hear the "
+        "end of your last reply. Say that part now, picking up where they stopped hearing "
+        f"you, without repeating what they heard. The part they missed: {rest}"
+    )
+
+
 class ReplyCut:
     """The reply a drop cut short, until its unheard rest is said again.
 
-    ``heard``: samples of it the client reported playing before the drop (0: nothing).
-    Its whole text is known once its audio is over (``text_known``, from the playback's
-    cut-over, when every delta has reached the agent text). Then the rest is queued with
-    ``session.say``: at once when nothing was heard (the reply is still open: the agent
-    stays owed), else as the history records the heard part (``recorded``, in the step
-    that closes the reply), or, when the history kept nothing of it (cut in its first
-    word), once its playout is over (``played_out``)."""
+    Made as the drop begins; ``heard`` is then set to the samples of it the client
+    reported playing (0: nothing). Its whole text is known once its audio is over
+    (``text_known``, from the playback's cut-over, when every delta has reached the agent
+    text). Then the rest is queued with ``session.say``: at once when nothing was heard
+    (the reply is still open: the agent stays owed), else as the history records the heard
+    part (``recorded``, in the step that closes the reply), or, when the history kept
+    nothing of it (cut in its first word), once its playout is over (``played_out``).
 
-    def __init__(self, session: AgentSession[Any], handle: SpeechHandle | None, heard: int):
+    A realtime model records the heard part at once, within the drop (it is told where it
+    was cut, as for a barge-in): ``recorded`` then comes first, with the text the client
+    was given of the reply, and the model is asked for the rest (``continue_instructions``)
+    rather than a TTS given it."""
+
+    def __init__(
+        self, session: AgentSession[Any], handle: SpeechHandle | None, *, realtime: bool = False
+    ):
         self._session = session
-        self._heard = heard
+        self.heard: int | None = None
+        """Samples of the reply the client reported playing; None until the drop says."""
+        self._realtime = realtime
         self._text: str | None = None
         self.settled = False
         self.said: SpeechHandle | None = None
@@ -280,13 +302,20 @@ class ReplyCut:
             self.settled = True
             return
         self._text = text
-        if self._heard == 0:
+        if self.heard == 0:
             self._say(text)
 
-    def recorded(self, item: ChatMessage) -> None:
-        """An interrupted agent message was recorded: the heard part of the cut reply."""
-        if not self.settled and self._text is not None and item.interrupted:
-            self._say(unheard_rest(self._text, item.content))
+    def recorded(self, item: ChatMessage, text: str = "") -> None:
+        """An interrupted agent message was recorded: the heard part of the cut reply.
+        ``text``: the reply's text as the client was given it, for a reply whose text
+        was not known yet (a realtime model's, recorded within the drop)."""
+        if self.settled or not item.interrupted:
+            return
+        if self._text is None:
+            if not text:
+                return
+            self._text = text
+        self._say(unheard_rest(self._text, item.content))
 
     def played_out(self) -> None:
         if not self.settled and self._text is not None:
@@ -298,6 +327,9 @@ class ReplyCut:
         if not rest:
             return
         try:
-            self.said = self._session.say(rest)
+            if self._realtime:
+                self.said = self._session.generate_reply(instructions=continue_instructions(rest))
+            else:
+                self.said = self._session.say(rest)
         except RuntimeError as exc:  # the session is closing
             logger.info("the rest of a cut reply is not said: %s", exc)
