@@ -16,7 +16,7 @@ tests/io/test_page_*_browser.py; the SDK's: tests/io/test_js_sdk*_browser.py).
   test kit's scripted models with eSpeak NG as the TTS (``scripted_entrypoint``), and apps
   served for one test (``serve_app``).
 - The page (src/rejoinder/io/static): served (``serve_page``), opened (``open_page``), what
-  it showed (``seen``), screenshots (to ``$REJOINDER_SCREENSHOTS`` when set, else the
+  it showed (``page_state``), screenshots (to ``$REJOINDER_SCREENSHOTS`` when set, else the
   test's tmp dir).
 
 A test module binds the fixtures it uses by name (``chromium = _browser.chromium``):
@@ -348,7 +348,7 @@ async def screenshot(page: Any, tmp_path: Path, name: str) -> None:
     await page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
-async def seen(page: Any) -> dict[str, Any]:
+async def page_state(page: Any) -> dict[str, Any]:
     """What the page showed: ``window.rejoinder`` (filled from the client's events) and
     the DOM."""
     shown: dict[str, Any] = await page.evaluate(
@@ -368,6 +368,20 @@ async def seen(page: Any) -> dict[str, Any]:
     return shown
 
 
+class ClockAgent(rj.Agent):
+    """An agent with a tool: the page shows its call."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="You tell the time.")
+
+    @rj.function_tool
+    async def check_clock(self) -> str:
+        """Read the clock."""
+        await asyncio.sleep(0.3)
+        return "three o'clock"
+
+
+# The page showed the agent speaking, then listening again.
 SHOWED_ANSWER = """() => {
   const agent = window.rejoinder.states.filter((s) => s.who === "agent").map((s) => s.state);
   const at = agent.indexOf("speaking");
