@@ -67,8 +67,10 @@ LONG_ANSWER = (
     "so there is plenty of time left for a walk before dinner."
 )
 QUESTION_MIC = (0.6, QUESTION, 15.0)
-# the question, then, while the long answer plays, the user talks over it
-BARGE_IN_MIC = (0.6, QUESTION, 3.0, "Stop.", 15.0)
+# The question, then, while the long answer plays, the user talks over it: the agent
+# speaks from ~2 s into the microphone's audio (the question ends at 1.8 s), and "Stop."
+# comes 2 s after the question, so that it interrupts ~1.8 s of speech.
+BARGE_IN_MIC = (0.6, QUESTION, 2.0, "Stop.", 15.0)
 SILENCE = (15.0,)
 
 

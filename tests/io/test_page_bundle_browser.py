@@ -21,7 +21,7 @@ from rejoinder.io.static import BUNDLE_MISSING, page_routes
 from . import _browser
 from ._browser import ONE_LOOP, STATIC, MicWav, needs_chromium, screenshot, scripted_entrypoint
 
-pytestmark = [ONE_LOOP, pytest.mark.looptime(False), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
 
 # the fixtures these tests use (tests/io/_browser.py)
 chromium = _browser.chromium
@@ -87,6 +87,7 @@ async def test_the_bundle_is_served_as_javascript_or_said_missing(
 
 
 @needs_chromium
+@ONE_LOOP  # Chromium is the module's, on its loop
 async def test_a_missing_bundle_is_said_on_the_page(
     serve: Any,
     open_page: Any,
