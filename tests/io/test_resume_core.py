@@ -215,6 +215,34 @@ async def test_a_drop_cuts_the_segment_where_the_last_report_left_it() -> None:
     assert rig.cut_over == [True] and not rig.out.cutting
 
 
+async def test_a_drop_seen_after_the_reports_stopped_cuts_at_the_last_report() -> None:
+    """The client went away silently: its reports stopped, the server estimated its
+    playback (as for a client that does not report: the reply that was playing counts
+    as played out, the next one is paced on the server's clock), then saw the drop. What
+    the estimate added to the reply still playing was never heard."""
+    rig = Rig()
+    stalls: list[str] = []
+    rig.out.on_stall = stalls.append
+    await rig.out.capture_frame(frame(300))
+    rig.out.flush()
+    rig.out.on_played(300)  # the last report: then the network vanished
+    assert rig.events[-1] == ("a", PlaybackFinished(0.3, False))
+    rig.listen("b")
+    await rig.out.capture_frame(frame(2000))
+    rig.out.flush()
+    await asyncio.sleep(0.5)
+    assert not stalls  # 2 s of audio outstanding: not yet
+    await asyncio.sleep(3.1)  # past its end and the grace: estimated from here
+    assert stalls and rig.events[-1] == ("b", PlaybackFinished(2.0, False))
+    rig.listen("c")
+    for _ in range(20):  # the next reply, paced on the server's clock, 100 ms a frame
+        await rig.out.capture_frame(frame(100))
+        await asyncio.sleep(0.1)
+    assert rig.events[-1] == ("c", "started")  # estimated as playing
+    assert rig.out.detach() == 0  # the drop: none of it was heard
+    assert rig.events[-1] == ("c", PlaybackFinished(0.0, True))
+
+
 async def test_audio_sent_but_never_reported_was_not_heard() -> None:
     rig = Rig()
     await rig.out.capture_frame(frame(300))

@@ -26,7 +26,11 @@ The server never waits on a client forever (a client is code someone else wrote)
   audio would have ended at the real-time pace, everything sent counts as played and
   what is sent next is paced on the server's clock (started as it is sent, finished when
   it would have played out). ``on_stall`` tells the transport once per stall; the first
-  report that comes back ends the estimate.
+  report that comes back ends the estimate. A client that stopped reporting because it
+  was gone heard none of what the estimate added: when the transport sees the drop,
+  ``detach`` cuts at the last report. (A reply whose end the estimate reached before the
+  drop was seen counts as heard: the transports see a drop within a few seconds, see
+  ``WebSocketOptions.heartbeat`` and ``WebRTCOptions.media_idle_timeout``.)
 
 A client that drops and comes back (a resumed session, ``rejoinder.io.resume``): ``detach``
 ends every segment the client held, interrupted where its last report left it (what it
@@ -347,7 +351,9 @@ class ReportedPlayback(AudioOutput):
             self._handing.cancel()
             self._handing = None
         self._drop_held()
-        position = self._position()
+        # Where the client's last report left it, never the estimate: a client that
+        # stopped reporting because it was gone heard nothing the estimate added.
+        position = self._reported_position()
         segments, self._segments = self._segments, []
         if segments and not segments[-1].flushed:
             self._dropping = segments[-1].on_finished
@@ -435,6 +441,10 @@ class ReportedPlayback(AudioOutput):
         unknown)."""
         if self._estimate is not None:
             return min(self._sent, self._estimate)
+        return self._reported_position()
+
+    def _reported_position(self) -> int | None:
+        """Samples of this epoch played, per the client's last report (None: unknown)."""
         if self._base is None:
             return None
         return min(self._sent, max(0, self._played - self._base))

@@ -80,8 +80,11 @@ class WebSocketOptions:
     of them (see ``mic_clock``): a frame waits up to this long. 0: each at once."""
     start_timeout: float = 10.0
     """Seconds the client has to send ``start`` after connecting."""
-    heartbeat: float | None = 15.0
-    """Ping interval; a client that does not answer is dropped."""
+    heartbeat: float | None = 5.0
+    """Ping interval; a client that does not answer within half of it is dropped. Short,
+    so a connection that died silently is seen within seconds: until then a reply the
+    client stopped reporting is estimated to play on (``ReportedPlayback``), and a drop
+    seen late finds more of it counted as heard."""
     max_queued_messages: int = 2000
     """Text messages the client may leave unread before it is dropped (close 4002)."""
     max_queued_audio_bytes: int = 1024 * 1024

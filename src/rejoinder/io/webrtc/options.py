@@ -40,9 +40,12 @@ class WebRTCOptions:
     """Seconds from the answer until ICE and DTLS are connected."""
     data_channel_timeout: float = 5.0
     """Seconds from connecting until the client's data channel is open."""
-    media_idle_timeout: float | None = 10.0
+    media_idle_timeout: float | None = 3.0
     """A microphone track that delivers nothing for this long means the peer is gone
-    (a connected browser sends a packet every 20 ms, silence included)."""
+    (a connected browser sends a packet every 20 ms, silence and a disabled track
+    included). Short, since until then a reply the client stopped reporting is estimated
+    to play on (``ReportedPlayback``): a drop seen late finds more of it counted as
+    heard. A client that resumes makes a new peer connection anyway."""
     leave_timeout: float = 30.0
     """Seconds the entry point gets to return once the peer is gone (``Connection.serve``
     closes its session well within this), after which it is cancelled."""
