@@ -148,6 +148,10 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   #settings: Settings | null = null;
   #audio: AudioSession | null = null;
   #link: Link | null = null;
+  /** Connections left in order to resume the session on a newer one and still open: on
+   * WebRTC closing one is the session's goodbye, so each waits, quiet, for a `ready` on a
+   * newer one (the resume took over) or for the resume to fail for good. */
+  #abandoned: Link[] = [];
   #resumeSent: string | null = null; // the token the current link was opened with
   #epoch = 0;
   #run = 0; // one per connect(): callbacks of an earlier one are ignored
@@ -350,7 +354,9 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       received: (samples) => {
         if (mine()) this.#stats.receivedSamples += samples;
       },
-      closed: (close) => mine() && this.#closed(close),
+      // Not the current link any more (it cannot happen: one the client left is inert):
+      // nothing of it may stay open.
+      closed: (close) => (mine() ? this.#closed(close) : link?.close(false)),
     };
     try {
       link =
@@ -383,12 +389,11 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     this.#link = link;
     this.#readyTimer = this.#platform.timers.setTimeout(() => {
       if (!mine()) return;
-      link!.close(false);
       const seconds = settings.connectTimeoutMs / 1000;
       const failure = new RejoinderError("connect_timeout", `the agent was not ready within ${seconds} s`, {
         closeCode: 1006,
       });
-      this.#closed({ code: 1006, reason: failure.message, serverError: null, failure });
+      this.#closed({ code: 1006, reason: failure.message, serverError: null, failure }, "client gave up waiting");
     }, settings.connectTimeoutMs);
   }
 
@@ -438,6 +443,9 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
 
   #onReady(message: Ready): void {
     this.#platform.timers.clearTimeout(this.#readyTimer);
+    // This connection carries the session now (resumed: the server ignores the ones left
+    // for it), or a new one began: the connections left behind can close.
+    this.#closeAbandoned();
     const resumed = message.resumed === true;
     if (this.#resumeSent !== null && !resumed) {
       // A server that does not resume (an older one ignores `resume`) began a new session.
@@ -483,7 +491,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   }
 
   /** No pong came in time: the link is dropped as a dead socket would be, except that the
-   * client closes it (not as a goodbye, so the server keeps the session) and resumes. */
+   * client leaves it (not as a goodbye, so the server keeps the session) and resumes. */
   #silent(link: Link, waitedMs: number): void {
     if (this.#link !== link) return;
     const seconds = Math.round(waitedMs / 100) / 10;
@@ -492,8 +500,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       `the connection was lost: no answer to a ping for ${seconds} s`,
       { closeCode: 1006 },
     );
-    link.close(false, "no pong in time");
-    this.#closed({ code: 1006, reason: failure.message, serverError: null, failure });
+    this.#closed({ code: 1006, reason: failure.message, serverError: null, failure }, "no pong in time");
   }
 
   /** The session is gone: its open turns are lost, and the next one is new. */
@@ -504,15 +511,27 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     this.emit("sessionRestarted", { error, previousSessionId });
   }
 
-  #closed(close: LinkClose): void {
+  /** The current link closed, or the client gives up on it (`giveUp`: why, as a WebSocket
+   * close reason): what the policy decides is done, the link left accordingly. */
+  #closed(close: LinkClose, giveUp?: string): void {
     this.#platform.timers.clearTimeout(this.#readyTimer);
     this.#heartbeat?.stop();
     this.#heartbeat = null;
     const link = this.#link;
     this.#link = null;
     if (link !== null) this.#stats.sentBefore += link.sentSamples;
-    if (this.#state === "closed" || this.#state === "idle") return;
+    if (this.#state === "closed" || this.#state === "idle") {
+      link?.close(false, giveUp);
+      return;
+    }
     const decision = this.#policy.decide(close);
+    if (decision.kind === "reconnect" && decision.resume !== null) {
+      // Left to be resumed: the server must not hear a goodbye on it.
+      if (link?.abandon(giveUp) === true) this.#abandoned.push(link);
+    } else {
+      link?.close(false, giveUp);
+      this.#closeAbandoned(); // no resume follows: the session they carried is given up
+    }
     if (decision.kind === "end") {
       void this.#finish(null, false);
       return;
@@ -537,6 +556,13 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     this.#announce();
   }
 
+  /** Closes the connections left for a resume: it took over, or failed for good. */
+  #closeAbandoned(): void {
+    const abandoned = this.#abandoned;
+    this.#abandoned = [];
+    for (const link of abandoned) link.close(false);
+  }
+
   async #finish(error: RejoinderError | null, byUser: boolean): Promise<void> {
     if (this.#state === "closed") return;
     this.#setState("closed");
@@ -552,6 +578,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       this.#stats.sentBefore += link.sentSamples;
       link.close(true);
     }
+    this.#closeAbandoned();
     const audio = this.#audio;
     this.#audio = null;
     // Taken before any listener runs: one may connect() again, with a promise of its own.

@@ -104,6 +104,13 @@ export interface PeerSession {
   /** `RTCPeerConnection.connectionState` changes. */
   onState: ((state: string) => void) | null;
   inboundAudio(): Promise<InboundAudioStats | null>;
+  /** Stops playing the agent's voice and sending the microphone (and camera) on this
+   * connection, and keeps it open, its data channel too: a connection the client left in
+   * order to resume the session on another, which the server must not hear close (on
+   * WebRTC closing is the session's goodbye) before the resume took over. The tracks
+   * themselves go on (the next connection sends them). */
+  quiet(): void;
+  /** Closes the peer connection (the server takes it for the client's goodbye). */
   close(): void;
 }
 

@@ -1,7 +1,8 @@
 // Is the connection alive? (docs/protocol.md): while connected the client pings every 5 s,
 // and a connection whose oldest unanswered ping is 10 s old is taken for dropped: closed
-// with 4000 (not 1000: the server keeps the session) and resumed. On fake timers, over
-// both transports.
+// with 4000 (not 1000: the server keeps the session; on WebRTC, which has no close code, left
+// open and quiet until the resume took over) and resumed. On fake timers, over both
+// transports.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { RejoinderClient } from "../dist/index.js";
@@ -62,8 +63,9 @@ for (const transport of ["websocket", "webrtc"]) {
     assert.equal(client.state, "connected");
     platform.timers.advance(1); // 10 s after ping 1
     assert.equal(client.state, "reconnecting");
+    // WebRTC has no close code (closing is the goodbye): the peer goes quiet, stays open
     if (transport === "websocket") assert.deepEqual(conn.closedWith, { code: 4000, reason: "no pong in time" });
-    else assert.equal(conn.closed, true);
+    else assert.deepEqual([conn.closed, conn.quieted], [false, true]);
     const [reconnecting] = log.of("reconnecting");
     assert.deepEqual([reconnecting.attempt, reconnecting.resuming, reconnecting.error.code], [1, true, "connection_lost"]);
     assert.match(reconnecting.error.message, /no answer to a ping for 10 s/);
@@ -78,9 +80,11 @@ for (const transport of ["websocket", "webrtc"]) {
       platform.peer.open();
     }
     const again = link(platform, { transport });
+    if (transport === "webrtc") assert.equal(conn.closed, false); // until the resume took over
     again.receive({ ...READY, resume_token: "t2", resumed: true });
     assert.equal(client.state, "connected");
     assert.deepEqual(log.of("ready").map((r) => r.resumed), [false, true]);
+    if (transport === "webrtc") assert.equal(conn.closed, true);
     // the new connection is pinged too, with ids no pong of the old one can answer
     platform.timers.advance(5000);
     assert.deepEqual(pings(again), [{ type: "ping", id: 3 }]);

@@ -171,6 +171,9 @@ export class FakePeer {
   sent = [];
   accepted = null;
   closed = false;
+  /** `quiet()` was called: what had been sent by then (nothing may follow). */
+  quieted = false;
+  sentWhenQuieted = null;
   stats = null;
 
   constructor(options) {
@@ -196,6 +199,11 @@ export class FakePeer {
 
   async inboundAudio() {
     return this.stats;
+  }
+
+  quiet() {
+    this.quieted = true;
+    this.sentWhenQuieted ??= this.sent.length;
   }
 
   close() {

@@ -25,14 +25,26 @@ export function createBrowserPeer(options: PeerOptions): PeerSession {
   const element = options.audioElement ?? (ownElement ? new Audio() : null);
   if (element !== null) element.autoplay = true;
   let receiver: RTCRtpReceiver | null = null;
+  let playing: MediaStream | null = null; // what this connection put on the element
+  let quiet = false;
   pc.ontrack = (event) => {
-    if (event.track.kind !== "audio") return;
+    if (quiet || event.track.kind !== "audio") return;
     receiver = event.receiver;
     if (element !== null) {
-      element.srcObject = event.streams[0] ?? new MediaStream([event.track]);
+      playing = event.streams[0] ?? new MediaStream([event.track]);
+      element.srcObject = playing;
       element.play().catch(() => {}); // autoplay refused: the stats say nothing was heard
     }
   };
+  /** Stops this connection's audio on the element, and only its own: the page's element
+   * may already play the connection that replaced this one. */
+  function stopPlaying(): void {
+    if (element !== null && playing !== null && element.srcObject === playing) {
+      element.pause();
+      element.srcObject = null;
+    }
+    playing = null;
+  }
 
   const session: PeerSession = {
     onOpen: null,
@@ -78,15 +90,25 @@ export function createBrowserPeer(options: PeerOptions): PeerSession {
       const codec = found.codecId ? (report.get(found.codecId) as { clockRate?: number } | undefined) : undefined;
       return codec?.clockRate ? { ...found, clockRate: codec.clockRate } : found;
     },
+    quiet(): void {
+      if (quiet) return;
+      quiet = true;
+      stopPlaying();
+      // Off this connection only: the tracks are the client's, and the next connection
+      // sends them. The server hears no more microphone here (its media timeout then takes
+      // the connection for dropped, which keeps the session), nor anything else of it.
+      for (const sender of pc.getSenders()) {
+        if (sender.track !== null) sender.replaceTrack(null).catch(() => {});
+      }
+    },
     close(): void {
+      quiet = true;
       channel.onopen = channel.onmessage = channel.onclose = null;
       pc.onconnectionstatechange = null;
+      pc.ontrack = null;
       channel.close();
       pc.close();
-      if (element !== null) {
-        element.pause();
-        element.srcObject = null;
-      }
+      stopPlaying();
     },
   };
   channel.onopen = () => session.onOpen?.();

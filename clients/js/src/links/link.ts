@@ -17,7 +17,9 @@ export interface LinkEvents {
   played(report: Played): void;
   /** Agent samples received (WebSocket path). */
   received(samples: number): void;
-  /** The connection closed (not called after `close()`). */
+  /** The connection closed, or the link found it dropped (not called after `close()` or
+   * `abandon()`). The link is inert from then on, but a peer connection may still be open:
+   * the client then calls `close()` or `abandon()` on it. */
   closed(close: LinkClose): void;
 }
 
@@ -30,8 +32,16 @@ export interface Link {
   playerReport(report: PlayerReport): void;
   /** The client is done with this connection: `goodbye` when the user closed (the session
    * ends with it), else the client gave up on it (no `ready` in time, no `pong` in time)
-   * and may resume; `reason` says why (a WebSocket close reason: under 123 bytes). */
+   * and does not resume; `reason` says why (a WebSocket close reason: under 123 bytes). */
   close(goodbye: boolean, reason?: string): void;
+  /** The client gives up on this connection in order to resume the session on a new one,
+   * so the server must not hear a goodbye. A WebSocket closes with 4000 (`reason`), a drop
+   * to the server. A peer connection has no close code (closing it is the goodbye): one
+   * that may carry the session on the server goes quiet instead (no audio either way, no
+   * messages) and stays open, and `abandon` returns true: the client closes it (`close()`)
+   * once the resume took over or failed for good. It closes by itself, quietly, when the
+   * server closes it. False: nothing of it is left open. */
+  abandon(reason?: string): boolean;
   /** Microphone samples sent (WebSocket path). */
   readonly sentSamples: number;
 }

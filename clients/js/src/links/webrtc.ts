@@ -21,6 +21,15 @@
  * ending the session (1000; or the close code of the fatal `error` that came before it);
  * the peer connection failing, or staying disconnected for `disconnectGraceMs`, is a drop
  * (1006), which the client reconnects.
+ *
+ * Leaving without a goodbye: there is no close code, and the server takes the client
+ * closing its peer connection (or data channel) as the goodbye that ends the session. So a
+ * connection the client gives up on in order to resume (`abandon()`) is not closed while
+ * the server may still carry the session on it: it goes quiet (its audio stops playing,
+ * its microphone sender sends nothing, no message goes out, none is read) and stays open
+ * until the client closes it, once the resume took over (the server then ignores this
+ * peer) or failed for good. Meanwhile the server hears no microphone on it and takes it
+ * for dropped after its media timeout, which keeps the session too.
  */
 
 import { ERROR_CLOSE_CODES, RejoinderError } from "../errors.js";
@@ -66,7 +75,12 @@ export class WebRTCLink implements Link {
   readonly #stopTicks: () => void;
   #opened = false;
   #ready = false;
-  #done = false;
+  /** The client is done with it: no events, reports or messages (its peer may be open). */
+  #inert = false;
+  /** Abandoned and kept open (quiet) while the session resumes elsewhere. */
+  #parked = false;
+  /** Its peer connection is closed. */
+  #released = false;
   #state = "new";
   #serverError: ErrorMessage | null = null;
   #disconnectTimer: unknown = null;
@@ -104,12 +118,12 @@ export class WebRTCLink implements Link {
     let stage = "could not make the offer";
     try {
       const offer = await this.#peer.offer();
-      if (this.#done) return;
+      if (this.#inert) return;
       stage = `could not post the offer to ${url.origin}${url.pathname}`;
       const response = await this.#options.platform.post(url.href, JSON.stringify({ sdp: offer.sdp, type: offer.type }));
       status = response.status;
       body = await response.text();
-      if (this.#done) return;
+      if (this.#inert) return;
       if (response.ok) {
         stage = "the answer could not be used";
         const answer = JSON.parse(body) as { sdp?: unknown; type?: unknown };
@@ -118,7 +132,7 @@ export class WebRTCLink implements Link {
         return;
       }
     } catch (error) {
-      if (this.#done) return;
+      if (this.#inert) return;
       const why = error instanceof Error ? error.message : String(error);
       const what = stage;
       this.#finish({
@@ -133,7 +147,7 @@ export class WebRTCLink implements Link {
   }
 
   #receive(text: string): void {
-    if (this.#done) return;
+    if (this.#inert) return;
     const decoded = decodeServerMessage(text);
     if (decoded === null) return;
     if (!decoded.ok) {
@@ -176,7 +190,7 @@ export class WebRTCLink implements Link {
       do {
         this.#again = false;
         await this.#report();
-      } while (!this.#done && this.#ready && (this.#again || this.#clearsToAnswer > 0));
+      } while (!this.#inert && this.#ready && (this.#again || this.#clearsToAnswer > 0));
     } finally {
       this.#polling = false;
     }
@@ -189,7 +203,7 @@ export class WebRTCLink implements Link {
     } catch {
       // The stats could not be read this time (the peer is closing): the next tick tries.
     }
-    if (this.#done || !this.#ready) return;
+    if (this.#inert || !this.#ready) return;
     const cleared = this.#clearsToAnswer > 0;
     if (count === null && !cleared) return;
     if (cleared) this.#clearsToAnswer -= 1;
@@ -200,7 +214,7 @@ export class WebRTCLink implements Link {
   }
 
   send(message: ClientMessage): boolean {
-    if (this.#done || !this.#peer.channelOpen) return false;
+    if (this.#inert || !this.#peer.channelOpen) return false;
     this.#peer.send(JSON.stringify(message));
     return true;
   }
@@ -210,8 +224,9 @@ export class WebRTCLink implements Link {
   playerReport(): void {}
 
   #stateChanged(state: string): void {
-    if (this.#done) return;
     this.#state = state;
+    if (this.#parked && (state === "failed" || state === "closed")) this.#release();
+    if (this.#inert) return;
     const timers = this.#options.platform.timers;
     if (state === "disconnected" && this.#disconnectTimer === null) {
       this.#disconnectTimer = timers.setTimeout(
@@ -233,7 +248,8 @@ export class WebRTCLink implements Link {
   }
 
   #channelClosed(): void {
-    if (this.#done) return;
+    if (this.#parked) this.#release(); // the server let go of it: nothing left to protect
+    if (this.#inert) return;
     const fatal = this.#serverError === null ? undefined : ERROR_CLOSE_CODES[this.#serverError.code];
     if (fatal !== undefined) {
       this.#finish({ code: fatal, reason: this.#serverError!.message, serverError: this.#serverError, failure: null });
@@ -243,20 +259,47 @@ export class WebRTCLink implements Link {
   }
 
   close(_goodbye: boolean): void {
-    if (this.#done) return;
-    this.#teardown();
+    this.#stop();
+    this.#release();
   }
 
-  #teardown(): void {
-    this.#done = true;
+  abandon(): boolean {
+    if (this.#released) return false;
+    this.#stop();
+    // The server takes a session over on a peer once its data channel is open (and the
+    // browser says a channel is open once it asked the server for it), so a peer whose
+    // channel never opened, or closed, or that failed, carries nothing: it closes now.
+    const mayCarry = this.#opened && this.#peer.channelOpen && this.#state !== "failed" && this.#state !== "closed";
+    if (!mayCarry) {
+      this.#release();
+      return false;
+    }
+    this.#peer.quiet();
+    this.#parked = true;
+    return true;
+  }
+
+  /** Nothing more of this link reaches the client or goes out (its peer stays as it is). */
+  #stop(): void {
+    if (this.#inert) return;
+    this.#inert = true;
     this.#stopTicks();
     if (this.#disconnectTimer !== null) this.#options.platform.timers.clearTimeout(this.#disconnectTimer);
+    this.#disconnectTimer = null;
+  }
+
+  #release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#parked = false;
     this.#peer.close();
   }
 
+  /** The link found the connection closed or dropped: it tells the client, which closes
+   * or abandons it (the peer connection stays open until then). */
   #finish(close: LinkClose): void {
-    if (this.#done) return;
-    this.#teardown();
+    if (this.#inert) return;
+    this.#stop();
     this.#options.events.closed(close);
   }
 }

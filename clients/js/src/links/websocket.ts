@@ -122,6 +122,12 @@ export class WebSocketLink implements Link {
     else this.#socket.close(4000, reason ?? "client gave up waiting");
   }
 
+  /** 4000 is already a drop to the server: the socket closes now, nothing is kept. */
+  abandon(reason?: string): boolean {
+    this.close(false, reason);
+    return false;
+  }
+
   #closed(code: number, reason: string): void {
     if (this.#done) return;
     this.#done = true;
