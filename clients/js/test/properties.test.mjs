@@ -1,5 +1,6 @@
 // Interleavings, on seeded random runs (no dependency: a small PRNG): whatever order audio,
-// clears, renders and reports come in, the playback truth keeps its rules.
+// clears, renders and reports come in, the playback truth keeps its rules; whatever a
+// WebRTC connection and its server do, the client says goodbye to no session it resumes.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Playout } from "../dist/lib/audio/playout.js";
