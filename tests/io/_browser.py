@@ -414,7 +414,7 @@ window.run = async (options) => {
   }
   const ready = await client.connect({
     url: options.url || "/", transport: options.transport, timeline: true, audioContext,
-    workletUrl: options.workletUrl,
+    workletUrl: options.workletUrl, pingIntervalMs: options.pingIntervalMs,
     reconnect: { initialDelayMs: 100, jitter: 0 },
   });
   const context = client.media.context;
