@@ -13,8 +13,10 @@ mounts the route and closes the peers when the application shuts down.
 
 Resuming (with a ``ResumeRegistry``): an offer to ``/api/offer?resume=TOKEN`` is the
 client of a session that dropped coming back; its peer takes the session over once it is
-connected. An unknown, used or expired token gets HTTP 410, a token another offer is
-still connecting with 409, both with ``{"error": ..., "code": "resume_failed"}``.
+connected. An unknown, used or expired token gets HTTP 410 with ``{"error": ...,
+"code": "resume_failed"}``. A token an earlier offer is still connecting with is taken
+from it: only the token's holder has it, and it gave that attempt up (the earlier peer
+closes). 409 remains for the instant between the two.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class WebRTCServer:
         self.resume = resume
         """Where sessions wait for their client after a drop (None: resuming off)."""
         self._peers: dict[WebRTCPeer, asyncio.Task[None]] = {}
+        self._resuming: dict[str, WebRTCPeer] = {}
+        """The peer of each token an offer claimed, until it took the session over."""
         self.closing = False
 
     @property
@@ -114,6 +118,8 @@ class WebRTCServer:
         if token is not None:
             registry = self.resume
             if registry is not None and registry.busy(token):
+                await self._supersede(token, registry)
+            if registry is not None and registry.busy(token):
                 return _error(
                     409, "another offer is resuming this session", ErrorCode.RESUME_FAILED
                 )
@@ -141,15 +147,32 @@ class WebRTCServer:
             raise
         if conn is not None and token is not None and self.resume is not None:
             work = peer.resume(conn, token, self.resume)
+            self._resuming[token] = peer  # (until its task ends: busy() says if it took over)
         else:
             work = peer.run(self.entrypoint, self._run)
         task = asyncio.create_task(work, name=f"rejoinder-webrtc-{request.remote}")
         self._peers[peer] = task
-        task.add_done_callback(lambda _: self._peers.pop(peer, None))
+        task.add_done_callback(lambda _: self._forget(peer, token))
         # One step for the task: a runner that counts sessions takes the place admitted
         # for this request before the request ends.
         await asyncio.sleep(0)
         return web.json_response({"sdp": answer, "type": "answer"})
+
+    def _forget(self, peer: WebRTCPeer, token: str | None) -> None:
+        self._peers.pop(peer, None)
+        if token is not None and self._resuming.get(token) is peer:
+            del self._resuming[token]
+
+    async def _supersede(self, token: str, registry: ResumeRegistry) -> None:
+        """A newer offer names a token an earlier one is still connecting with: only the
+        token's holder has it, and it gave that attempt up (a client retries when its
+        connection does not come up), so the earlier peer closes and its claim goes."""
+        earlier = self._resuming.pop(token, None)
+        if earlier is None:
+            return
+        logger.info("a newer offer resumes with the token of %s: that one is given up", earlier)
+        await earlier.close(end_session=False)
+        registry.unclaim(token)
 
     async def _give_up(self, peer: WebRTCPeer, token: str | None) -> None:
         """An offer that cannot be answered: its peer closes (and a token it claimed
