@@ -157,7 +157,7 @@ class Connecting:
                     self._url,
                     headers=self._headers,
                     max_msg_size=MAX_FRAME_BYTES,
-                    autoping=True,  # the server pings every 15 s; aiohttp answers
+                    autoping=True,  # the server pings every 5 s; aiohttp answers
                 )
             except aiohttp.WSServerHandshakeError as exc:
                 raise UpgradeRefused(exc.status, exc.message) from None
