@@ -227,6 +227,22 @@ AFTER_RESUME = """() => {
 }"""
 
 
+# What the client went through, to say when a wait times out.
+SEEN = """() => window.log.filter((e) => !["timeline", "metrics", "played"].includes(e.name))
+  .map((e) => `${Math.round(e.t)} ${e.name} ${e.state ?? e.text ?? e.error?.code ?? ""}`)
+  .concat(`played: ${window.log.filter((e) => e.name === "played").at(-1)?.samples}`)"""
+
+
+async def _until(page: Any, condition: str, within_ms: int, what: str) -> None:
+    """Wait for ``condition`` on the page; a timeout says what the client went through
+    (still a timeout: an xfail that counts only assertions does not hide it)."""
+    try:
+        await page.wait_for_function(condition, timeout=within_ms)
+    except _browser.playwright_api.TimeoutError as exc:
+        seen = await page.evaluate(SEEN)
+        raise TimeoutError(f"{what} within {within_ms} ms; the client saw: {seen}") from exc
+
+
 async def _drop_mid_reply(page: Any, transport: str, cut: Callable[[], None], **run: Any) -> float:
     """Connect (``run``: more of ``window.run``'s options), ask for ``CUT_ANSWER`` and
     ``cut`` the network once its first words were heard; then wait until the client
@@ -235,16 +251,18 @@ async def _drop_mid_reply(page: Any, transport: str, cut: Callable[[], None], **
     await page.evaluate("(o) => window.run(o)", {"transport": transport, **run})
     await page.evaluate("() => window.client.sendText('Tell me about the afternoon.')")
     # speaking, and its first words heard (the interim transcript follows playback)
-    await page.wait_for_function(
+    await _until(
+        page,
         "() => window.client.agentState === 'speaking' && window.log.some((e) =>"
         " e.name === 'transcript' && e.role === 'agent' && !e.final && e.text.includes(' '))",
-        timeout=TURN_S,
+        TURN_S,
+        "no first words heard",
     )
     cut_at: float = await page.evaluate("() => performance.now()")
     cut()
     # WebRTC: Chrome finds the peer disconnected ~6 s after its last packet, and the SDK
     # waits 4 s more before it takes that for a drop
-    await page.wait_for_function(AFTER_RESUME, timeout=25000)
+    await _until(page, AFTER_RESUME, 25000, "not resumed and listening")
     return cut_at
 
 
