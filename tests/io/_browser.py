@@ -9,15 +9,18 @@ tests/io/test_page_*_browser.py; the SDK's: tests/io/test_js_sdk*_browser.py).
   ``getUserMedia``. A module's tests and async fixtures run on one event loop, the
   module's (``ONE_LOOP`` in its ``pytestmark``): Playwright's objects belong to the loop
   that started them.
-- The SDK (clients/js) built with npm, one test process at a time (``build_sdk``; the lock
-  is the one tests/io/test_react_example_browser.py builds under), and its bundle copied
-  beside the page (``page_bundle``).
+- The SDK (clients/js) built with npm when stale, one test process at a time
+  (``sdk_bundle``; the lock is the one tests/io/test_react_example_browser.py builds
+  under), and its bundle copied beside the page (``page_bundle``).
 - The fake microphone's WAVs, spoken by eSpeak NG (``mic_wav``), an entry point on the
   test kit's scripted models with eSpeak NG as the TTS (``scripted_entrypoint``), and apps
   served for one test (``serve_app``).
 - The page (src/rejoinder/io/static): served (``serve_page``), opened (``open_page``), what
   it showed (``page_state``), screenshots (to ``$REJOINDER_SCREENSHOTS`` when set, else the
   test's tmp dir).
+- The SDK's own test page, which records every event of a ``RejoinderClient`` in
+  ``window.log``: served (``serve_sdk_page``), opened (``open_sdk_page``), read
+  (``logged``).
 
 A test module binds the fixtures it uses by name (``chromium = _browser.chromium``):
 pytest finds fixtures among a module's names, and an import of them alone would read as
@@ -482,6 +485,14 @@ async def open_sdk_page(new_page: NewPage) -> Callable[..., Awaitable[Any]]:
         return page
 
     return start
+
+
+async def send_text(page: Any, text: str) -> None:
+    """``text`` from the SDK's test page, once the agent is listening: text sent before the
+    agent is ready is refused (``not_ready``), and ``ready`` comes before the agent has
+    started (``initializing``)."""
+    await page.wait_for_function("() => window.client.agentState === 'listening'")
+    await page.evaluate("(text) => window.client.sendText(text)", text)
 
 
 async def logged(page: Any, name: str) -> list[dict[str, Any]]:

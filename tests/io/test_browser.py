@@ -31,6 +31,7 @@ from rejoinder.testing import Fail, ScriptedLLM, ScriptedSTT, ScriptedVAD, ToolC
 
 from . import _browser
 from ._browser import (
+    AGENT_IS,
     ANSWER,
     ONE_LOOP,
     QUESTION,
@@ -241,6 +242,9 @@ async def test_typed_text_is_answered_and_errors_are_shown(
     await page.click("#connect")
     await page.wait_for_function("() => !document.querySelector('#text').disabled")
     await page.wait_for_function("() => window.rejoinder.audio.rate > 0")
+    # the text box opens with the connection, but text before the agent is ready is
+    # refused (not_ready): the agent has started once it is listening
+    await page.wait_for_function(AGENT_IS, arg="listening")
     await page.fill("#text", "Hello")
     await page.press("#text", "Enter")
     await page.wait_for_function(SHOWED_ANSWER, timeout=10000)

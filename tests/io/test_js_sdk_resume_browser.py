@@ -32,6 +32,7 @@ from ._browser import (
     logged,
     needs_chromium,
     scripted_entrypoint,
+    send_text,
 )
 
 pytestmark = [
@@ -104,7 +105,7 @@ async def test_a_dropped_websocket_is_reconnected(serve: Any, open_page: Any, mi
         proxied = f"http://127.0.0.1:{await proxy.start()}/"
         page = await open_page(proxied, mic_wav(*SILENCE))
         first = await page.evaluate("(o) => window.run(o)", {"transport": "websocket"})
-        await page.evaluate("() => window.client.sendText('Hello')")
+        await send_text(page, "Hello")
         await page.wait_for_function(SDK_ANSWERED, arg="Hello there.", timeout=TURN_S)
         proxy.cut()
         await page.wait_for_function(
@@ -120,7 +121,7 @@ async def test_a_dropped_websocket_is_reconnected(serve: Any, open_page: Any, mi
         else:  # it keeps no session to resume: a new one, and the client says why
             assert second["resumed"] is False and restarted == ["resume_unavailable"]
         await page.wait_for_function("() => window.client.state === 'connected'")
-        await page.evaluate("() => window.client.sendText('I am back')")
+        await send_text(page, "I am back")
         await page.wait_for_function(
             "() => window.log.some((e) => e.name === 'transcript' && e.role === 'agent' && e.final"
             " && ['Welcome back.', 'Hello there.'].includes(e.text) && e.id > 1)",
@@ -137,9 +138,10 @@ CUT_ANSWER = "It is three o'clock in the afternoon."
 
 class _UdpRelay:
     """The network between the browser and the server's WebRTC peer, as two UDP sockets:
-    what the browser sends to ``browser_side`` goes out of ``server_side`` to the server's
-    candidate, and the server's answers come back the same way. ``cut()`` drops every
-    datagram from then on, both ways: the network vanished (no close, no goodbye)."""
+    what the browser sends to ``browser_side`` (from the first of its sockets heard from)
+    goes out of ``server_side`` to the server's candidate, and the server's answers come
+    back the same way. ``cut()`` drops every datagram from then on, both ways: the network
+    vanished (no close, no goodbye)."""
 
     def __init__(self) -> None:
         self.server: tuple[str, int] | None = None
@@ -154,7 +156,13 @@ class _UdpRelay:
 
         class FromBrowser(asyncio.DatagramProtocol):
             def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-                relay.browser = addr
+                # One way through, for the first of the browser's sockets heard from:
+                # the browser checks from each of its sockets (loopback, the host's own
+                # address), and answers sent back to whichever spoke last would switch
+                # its candidate pair under it.
+                relay.browser = relay.browser or addr
+                if addr != relay.browser:
+                    return
                 if not relay.is_cut and relay.server is not None:
                     relay.sides[1].sendto(data, relay.server)
 
@@ -229,7 +237,7 @@ AFTER_RESUME = """() => {
 
 # What the client went through, to say when a wait times out.
 SEEN = """() => window.log.filter((e) => !["timeline", "metrics", "played"].includes(e.name))
-  .map((e) => `${Math.round(e.t)} ${e.name} ${e.state ?? e.text ?? e.error?.code ?? ""}`)
+  .map((e) => `${Math.round(e.t)} ${e.name} ${e.state ?? e.text ?? e.code ?? e.error?.code ?? ""}`)
   .concat(`played: ${window.log.filter((e) => e.name === "played").at(-1)?.samples}`)"""
 
 
@@ -249,7 +257,7 @@ async def _drop_mid_reply(page: Any, transport: str, cut: Callable[[], None], **
     resumed and the agent is listening again. When the network was cut
     (``performance.now()`` on the page)."""
     await page.evaluate("(o) => window.run(o)", {"transport": transport, **run})
-    await page.evaluate("() => window.client.sendText('Tell me about the afternoon.')")
+    await send_text(page, "Tell me about the afternoon.")
     # speaking, and its first words heard (the interim transcript follows playback)
     await _until(
         page,

@@ -14,6 +14,7 @@ from rejoinder.testing import ToolCall
 
 from . import _browser
 from ._browser import (
+    AGENT_IS,
     ONE_LOOP,
     ClockAgent,
     MicWav,
@@ -58,6 +59,9 @@ async def test_the_floor_strip_draws_the_live_timeline(
     await page.click("#connect")
     await page.wait_for_function("() => !document.querySelector('#text').disabled")
     await page.wait_for_function("() => window.rejoinder.audio.rate > 0")
+    # the text box opens with the connection, but text before the agent is ready is
+    # refused (not_ready): the agent has started once it is listening
+    await page.wait_for_function(AGENT_IS, arg="listening")
     await page.fill("#text", "What time is it?")
     await page.press("#text", "Enter")
     await page.wait_for_function(
