@@ -178,6 +178,26 @@ async def test_a_mute_sent_with_start_is_applied_once_the_agent_is_ready(serve: 
         await client.close()
 
 
+async def test_text_sent_with_start_waits_for_the_agent_and_is_answered(serve: Any) -> None:
+    """``ready`` comes while the agent is still starting: typed text sent at once (as a
+    client does that types before the first state) waits for it, as controls do."""
+    url, sessions = await serve([["Hello there."]], [])
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        client = VoiceClient(ws, MIC)
+        await ws.send_str(json.dumps({"type": "start", "sample_rate": MIC}))
+        await ws.send_str(json.dumps({"type": "text", "text": "Hi there"}))
+        client._tasks.append(asyncio.create_task(client._read()))
+        answer = await client.wait_for(
+            lambda m: isinstance(m, TranscriptMessage) and m.role == "agent" and m.final, 5
+        )
+        await client.close()
+    assert isinstance(answer, TranscriptMessage) and answer.text == "Hello there."
+    assert not [e for e in client.of_type(ErrorMessage) if e.code == "not_ready"]
+    assert [m.content for m in sessions[0].history.messages()] == ["Hi there", "Hello there."]
+    user = [m for m in client.of_type(TranscriptMessage) if m.role == "user"]
+    assert [(m.text, m.final) for m in user] == [("Hi there", True)]
+
+
 async def test_a_ping_is_answered_on_its_connection_and_never_reaches_the_session(
     serve: Any,
 ) -> None:

@@ -67,7 +67,8 @@ logger = logging.getLogger("rejoinder")
 
 
 MAX_EARLY_CONTROLS = 32
-"""Controls (``mute``, ``interrupt``) kept for the agent's first moment; more are refused."""
+"""Typed text and controls (``mute``, ``interrupt``) kept for the agent's first moment; more
+are refused."""
 
 
 class Connection:
@@ -122,8 +123,9 @@ class Connection:
         """Connections that took this session over."""
         self._keys: list[str] = []
         self._controls: list[tuple[str, Callable[[AgentSession[Any]], object]]] = []
-        """``mute``/``interrupt`` sent before the agent was ready: applied, in order, then
-        (a client that re-sends its mute at each ``ready`` must not be refused)."""
+        """``text``, ``mute`` and ``interrupt`` sent before the agent was ready: applied, in
+        order, then (``ready`` comes while the agent starts, and a client that re-sends its
+        mute at each ``ready`` must not be refused)."""
         self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
         """Called with the session as ``serve`` starts it (the server's metrics use it)."""
         self._link: ClientLink | None = ClientLink(transport, send, wants_timeline=wants_timeline)
@@ -545,17 +547,16 @@ class Connection:
             self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=f"{what}: {exc}"))
 
     def _user_text(self, text: str) -> None:
-        session = self.session
-        if session is None or not self._ready:
-            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message="the agent is not ready"))
-            return
-        try:
+        """Typed input: a user turn (sent before the agent is ready, it waits for it, as a
+        control does: ``ready`` comes while the agent is still starting)."""
+
+        def turn(session: AgentSession[Any]) -> None:
             current = session.current_speech
             if current is not None and not current.done() and current.allow_interruptions:
                 session.interrupt()  # typed input is a barge-in, as in the console
             session.generate_reply(user_input=text)
-        except RuntimeError as exc:  # closing, or not running any more
-            self.send(ErrorMessage(code=ErrorCode.NOT_READY, message=str(exc)))
+
+        self._when_ready("text", turn)
 
 
 def _is_realtime(session: AgentSession[Any]) -> bool:
