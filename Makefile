@@ -99,7 +99,7 @@ pytest: $(STAMP) chromium js react
 	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15
 
-# The page's tests (tests/io/test_browser.py) drive Debian's chromium through Playwright
+# The browser tests (tests/io/test_*browser.py) drive Debian's chromium through Playwright
 # (Playwright's own browser download is not used); without it they are skipped.
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; } \
