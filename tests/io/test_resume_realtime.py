@@ -97,10 +97,12 @@ async def test_the_part_a_drop_cut_is_asked_of_the_model_and_heard_on_resume(
             second = VoiceClient(await http.ws_connect(url), MIC, jitter=0.05)
             again = await start(second, resume=ready.resume_token)
             rest = await second.wait_for(
-                lambda m: isinstance(m, TranscriptMessage)
-                and m.role == "agent"
-                and m.final
-                and not m.interrupted,
+                lambda m: (
+                    isinstance(m, TranscriptMessage)
+                    and m.role == "agent"
+                    and m.final
+                    and not m.interrupted
+                ),
                 10,
             )
             await second.until(lambda: second.states()[-1][1] == "listening", 5)
