@@ -119,7 +119,7 @@ async def test_a_call_is_answered_and_speaking_follows_the_echoed_marks(host: St
     assert len(speaking) == 1
     assert audible[0] <= speaking[0] <= audible[0] + MARK_INTERVAL + TICK
     listening = next(t for t, s in states if s == "listening" and t > speaking[0])
-    assert audible[-1] <= listening <= audible[-1] + 2 * TICK + 0.01
+    assert audible[-1] <= listening <= audible[-1] + 0.25  # (loosely: see test_telephony_call)
     # marks at the start, every interval and the end, all echoed
     assert len(call.marks_received) >= len(REPLY) * SECONDS_PER_CHAR / MARK_INTERVAL
     assert [n for _, n in call.marks_echoed] == [n for _, n in call.marks_received]

@@ -140,10 +140,12 @@ async def test_barge_in_keeps_what_was_heard(
     await page.wait_for_function(
         "() => document.querySelector('.msg.agent.cut') !== null", timeout=15000
     )
+    # The page says where it stopped (under load its report can come after the server
+    # finished the cut reply on its own clock: CLEARED_WAIT).
+    await page.wait_for_function("() => window.rejoinder.audio.cleared >= 1", timeout=5000)
     seen = await page_state(page)
     await screenshot(page, tmp_path, f"barge_in_{transport}")
     assert "clear" in seen["types"]
-    assert seen["audio"]["cleared"] >= 1  # the page said where it stopped
     if transport == "websocket":
         assert seen["audio"]["played"] < seen["audio"]["received"]  # the rest was dropped
     cut = next(text for cls, text in seen["bubbles"] if "cut" in cls)

@@ -137,7 +137,9 @@ async def test_h1_a_question_answered_speaking_follows_the_echoed_marks(
     assert audible[0] <= speaking[0] <= audible[0] + MARK_INTERVAL + TICK
     # ...and ends when the last chunk has played, not when it was sent.
     listening = next(t for t, s in states if s == "listening" and t > speaking[0])
-    assert audible[-1] <= listening <= audible[-1] + 2 * TICK + 0.01
+    # (Bounded loosely above: the reply was sent seconds before it played out, and a loaded
+    # machine's loop can be a tenth of a second late.)
+    assert audible[-1] <= listening <= audible[-1] + 0.25
     assert call.other == [] and call.clears == []
     # The marks went out at the start, every interval and at the end, all echoed.
     assert len(call.marks_received) >= expected / MARK_INTERVAL
