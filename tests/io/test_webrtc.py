@@ -185,9 +185,10 @@ async def test_barge_in_stops_the_track_and_the_history_keeps_what_was_heard(
     # then the second answer played, and its reports (after the re-base) finished it.
     times = [t for t, _ in client.audible_frames]
     gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a > 0.3]
-    assert len(gaps) == 1
-    stopped_at, resumed_at = gaps[0]
-    assert cleared_at - 0.2 < stopped_at < cleared_at + 0.3
+    # (A loaded machine may stall the track a moment elsewhere: the gap at the clear counts.)
+    at_clear = [(a, b) for a, b in gaps if cleared_at - 0.2 < a < cleared_at + 0.3]
+    assert len(at_clear) == 1, (cleared_at, gaps)
+    _stopped_at, resumed_at = at_clear[0]
     spoke_again = [t for t, s in client.states() if s == "speaking"][-1]
     assert resumed_at < spoke_again
     assert [s for _, s in client.states()][-2:] == ["speaking", "listening"]
