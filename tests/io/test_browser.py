@@ -97,8 +97,9 @@ def _check_answer(seen: dict[str, Any]) -> None:
     assert seen["audio"]["firstPlayed"] is not None
     assert seen["audio"]["firstPlayed"] <= speaking_at
     # The page reports at least every 100 ms while playing (40-65 ms measured); the bound
-    # leaves room for a loaded machine delaying the page's main thread.
-    assert 0 < seen["audio"]["maxGap"] < 150, seen["audio"]["maxGap"]
+    # leaves room for a loaded machine delaying the page's main thread (162 ms seen once,
+    # with the suite on three workers) and still fails a client that reports too seldom.
+    assert 0 < seen["audio"]["maxGap"] < 250, seen["audio"]["maxGap"]
 
 
 # ------------------------------------------------------------------- tests
