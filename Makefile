@@ -88,18 +88,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
-# Three workers on two cores: about 40 % of the suite's time is waiting on real time
-# (sockets, browsers, models, played audio), so a third worker fills the cores (measured on
-# 2 cores: 5:38 with two workers, 4:13 with three). The tests marked `alone` (the whole
-# offline stack in real time: a call, a WebSocket conversation, Smart Turn on speech) run
-# after, one at a time: beside a second worker, the models' timing changed what they heard
-# (3 of 6 runs failed one of them on a 2-core machine). Only their files are collected
-# (collecting the whole suite to pick 16 tests took 12 s).
+# Two workers: the suite is mostly waiting on real-time sockets, browsers and models. (Three
+# on two cores was a minute faster, but starved the browsers: the pages' 100 ms `played`
+# reports came 300-400 ms apart and their tests failed.) The tests marked `alone` (the
+# whole offline stack in real time: a call, a WebSocket conversation, Smart Turn on
+# speech) run after, one at a time: beside a second worker, the models' timing changed
+# what they heard (3 of 6 runs failed one of them on a 2-core machine). Only their files
+# are collected (collecting the whole suite to pick 16 tests took 12 s).
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
 ALONE_TESTS = $(shell grep -rl "pytest.mark.alone" tests --include=*.py)
 pytest: $(STAMP) chromium js react
-	$(BIN)/pytest -n 3 -m "not alone" --durations=15
+	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15 $(ALONE_TESTS)
 
 # The browser tests (tests/io/test_*browser.py) drive Debian's chromium through Playwright

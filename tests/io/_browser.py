@@ -22,9 +22,8 @@ tests/io/test_page_*_browser.py; the SDK's: tests/io/test_js_sdk*_browser.py).
   ``window.log``: served (``serve_sdk_page``), opened (``open_sdk_page``), read
   (``logged``).
 
-A test module binds the fixtures it uses by name (``chromium = _browser.chromium``):
-pytest finds fixtures among a module's names, and an import of them alone would read as
-unused to the linter.
+tests/io/conftest.py binds the shared fixtures for every module; a module binds ``serve``
+and ``open_page`` itself (``serve = _browser.serve_page``, or the SDK's), since those differ.
 
 Needs Debian's ``chromium`` (``make test`` installs it) and Playwright for Python, which
 drives it through ``executable_path`` (Playwright's own browser download is not used):

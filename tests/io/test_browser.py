@@ -53,12 +53,7 @@ pytestmark = [
     needs_chromium,
 ]
 
-# the fixtures these tests use (tests/io/_browser.py)
-chromium = _browser.chromium
-new_page = _browser.new_page
-serve_app = _browser.serve_app
-page_bundle = _browser.page_bundle
-mic_wav = _browser.mic_wav
+# which serve and open_page these tests use (the others: tests/io/conftest.py)
 serve = _browser.serve_page
 open_page = _browser.open_page
 needs_bundle = pytest.mark.usefixtures("page_bundle")

@@ -51,12 +51,7 @@ pytestmark = [
     needs_chromium,
 ]
 
-# the fixtures these tests use (tests/io/_browser.py)
-chromium = _browser.chromium
-new_page = _browser.new_page
-serve_app = _browser.serve_app
-sdk_bundle = _browser.sdk_bundle
-mic_wav = _browser.mic_wav
+# which serve and open_page these tests use (the others: tests/io/conftest.py)
 serve = _browser.serve_sdk_page
 open_page = _browser.open_sdk_page
 
