@@ -38,6 +38,7 @@ API_NAMES = [
     "MetricsCollectedEvent",
     "ErrorEvent",
     "CloseEvent",
+    "AnsweredByEvent",
     "AwayTimerEvent",
     "BackgroundToolFinishedEvent",
     "SpeculationEvent",

@@ -48,6 +48,7 @@ BACKEND = ObligationKind.BACKEND_RESPONSE
 ANSWER = ObligationKind.ANSWER
 DELEGATION = ObligationKind.CLIENT_DELEGATION
 RECOGNITION = ObligationKind.RECOGNITION
+TRANSFER = ObligationKind.TRANSFER
 
 Agent = AgentStateChanged
 User = UserStateChanged
@@ -305,6 +306,12 @@ SCENARIOS: dict[str, list[Step]] = {
         Step(1.0, open_("H", HOLD, committed=True), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(HOLD, 1.0))], "thinking"),
         Step(9.0, close("H", "released"), [Agent("thinking", "listening", 9.0), Arm(9.0 + AWAY), NO_WATCHDOG], "listening"),
     ],
+    # transfer ----------------------------------------------------------------------------
+    "transfer: the caller waits on the agent while the person is called, then is taken back": [
+        Step(1.0, open_("X", TRANSFER), [Agent("listening", "thinking", 1.0), CANCEL, Watchdog(due(TRANSFER, 1.0))], "thinking"),
+        Step(40.0, AWAY_TIMER_FIRED, [], "thinking"),  # never away while on hold for a person
+        Step(45.0, close("X", "taken back"), [Agent("thinking", "listening", 45.0), Arm(45.0 + AWAY), NO_WATCHDOG], "listening"),
+    ],
     # recognition -------------------------------------------------------------------------
     "recognition: a slow transcript holds the away timer, then the turn's reply owes": [
         Step(1.0, user_speaking(True), [User("listening", "speaking", 1.0), CANCEL], "listening", "speaking"),
@@ -446,7 +453,17 @@ def test_expired_answer_outcome() -> None:
 
 # ------------------------------------------------------------------- per-kind defaults
 
-COMMITTED_KINDS = [REPLY, TOOL, DEFERRED, HANDOFF, CONTINUATION, BACKEND, ANSWER, DELEGATION]
+COMMITTED_KINDS = [
+    REPLY,
+    TOOL,
+    DEFERRED,
+    HANDOFF,
+    CONTINUATION,
+    BACKEND,
+    ANSWER,
+    DELEGATION,
+    TRANSFER,
+]
 UNCOMMITTED_KINDS = [PREEMPTIVE, HOLD]
 
 

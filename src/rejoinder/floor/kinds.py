@@ -35,6 +35,7 @@ class ObligationKind(StrEnum):
     ANSWER = "answer"
     CLIENT_DELEGATION = "client_delegation"
     RECOGNITION = "recognition"
+    TRANSFER = "transfer"
 
 
 HANDED_OVER = "handed_over"
@@ -148,6 +149,16 @@ KINDS: dict[ObligationKind, KindSpec] = {
         closed_by="transcribed: its transcript or the recognizer's failure arrived; at the "
         "watchdog the recognition is stopped and the utterance dropped, with an error event",
         outcomes=frozenset({"transcribed"}),
+    ),
+    # A phone call is being handed to a person (cold: the provider is asked to connect
+    # it elsewhere; warm: the person is called and briefed first). The caller waits on
+    # the agent meanwhile, so it is committed: the agent reports ``thinking``.
+    ObligationKind.TRANSFER: KindSpec(
+        committed=True,
+        watchdog=300.0,
+        closed_by="the caller was handed over (the session then ends), or the transfer "
+        "failed or was given up and the agent has the caller back",
+        outcomes=frozenset({"transferred", "failed", "taken back"}),
     ),
     ObligationKind.CLIENT_DELEGATION: KindSpec(
         committed=True,

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ..session import Agent, AgentSession
     from .resume import ResumeRegistry
     from .telephony.dialects import CallInfo
+    from .telephony.line import PhoneLine
 
 __all__ = ["Connection", "Entrypoint", "PushAudioInput"]
 
@@ -109,6 +110,8 @@ class Connection:
         """The session ``serve`` runs (None before)."""
         self.call: CallInfo | None = call
         """The phone call (telephony transports): ids, numbers, custom parameters."""
+        self.line: PhoneLine | None = None
+        """The phone line (telephony transports): the session's keypad, and transfers."""
         self.wants_timeline = wants_timeline
         """The client asked for ``timeline`` messages (``start``'s ``timeline``); read when
         ``serve`` starts the session."""
@@ -355,6 +358,22 @@ class Connection:
 
     # ------------------------------------------------------------- agent side
 
+    async def transfer(self, target: str) -> None:
+        """Hand the caller to ``target`` (``"+15551234567"`` or a ``sip:`` URI): a cold
+        transfer. The agent reports ``thinking`` meanwhile; once the provider took the
+        call over, the session ends with the reason ``"transferred"``. Raises
+        ``TransferFailed`` (the call stays with the agent) or ``RuntimeError`` when this
+        is not a phone call or its session is not running."""
+        line, session = self.line, self.session
+        if line is None:
+            raise RuntimeError("transfer() is for phone calls: this connection has no line")
+        if session is None or self._left.is_set():
+            raise RuntimeError("transfer() needs the call's session running")
+        with session.transferring(target) as outcome:
+            await line.transfer(target)
+            outcome.value = "transferred"
+        self.client_left("transferred")
+
     async def serve(self, session: AgentSession[Any], agent: Agent) -> None:
         """Run ``session`` with ``agent`` for this client until the client leaves or the
         session closes; the session is closed when this returns."""
@@ -375,6 +394,7 @@ class Connection:
             self.audio_input.discard()
         session.output.audio = self.audio_output
         session.output.transcription = self._text
+        session.output.keypad = self.line
         self._text.paced = session.tts is not None or _is_realtime(session)
         self.audio_output.on_progress = self._text.progress
         self.audio_output.on_stall = self._playback_stalled

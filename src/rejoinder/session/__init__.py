@@ -31,6 +31,7 @@ from .agents.agent import Agent, ClientDelegation
 from .agents.agent_task import AgentTask
 from .events import (
     AgentStateChangedEvent,
+    AnsweredByEvent,
     AwayTimerEvent,
     BackgroundToolFinishedEvent,
     CloseEvent,
@@ -61,6 +62,7 @@ __all__ = [
     "AgentSession",
     "AgentStateChangedEvent",
     "AgentTask",
+    "AnsweredByEvent",
     "AwayTimerEvent",
     "BackgroundToolFinishedEvent",
     "ClientDelegation",

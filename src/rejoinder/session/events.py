@@ -36,7 +36,13 @@ EventName = Literal[
     "speculation",
     "background_tool_finished",
     "away_timer",
+    "answered_by",
 ]
+
+AnsweredBy = Literal["human", "machine", "screening", "unknown"]
+"""Who answered a call the agent placed: a person, an answering machine or voicemail,
+a call-screening assistant (the phone asking the agent to say who is calling), or not
+known (no decision in time, or the detector could not tell)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +164,23 @@ class AwayTimerEvent:
     deadline: float | None
     created_at: float
     type: Literal["away_timer"] = "away_timer"
+
+
+@dataclass(frozen=True, slots=True)
+class AnsweredByEvent:
+    """Who answered the call (``session.push_answered_by``): from the phone provider's own
+    detection (``source="provider"``) or from listening to the call (``"audio"``). Several
+    may come for one call: a later one refines an earlier ``unknown``, and ``beep`` comes
+    once a machine's greeting ended with its beep (the moment to leave a message)."""
+
+    answered_by: AnsweredBy
+    source: Literal["provider", "audio"]
+    created_at: float
+    beep: bool = False
+    """A machine's beep was heard (or the provider reported the greeting's end)."""
+    detail: str = ""
+    """Why, in words (for logs): "greeting 4.2 s", "beep at 1 kHz", a screening phrase."""
+    type: Literal["answered_by"] = "answered_by"
 
 
 @dataclass(frozen=True, slots=True)

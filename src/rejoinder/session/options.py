@@ -1,10 +1,10 @@
 """What a session was configured with (``SessionOptions``, frozen at construction) and
-the slots its transport fills (``session.input.audio``, ``session.output.audio`` and
-``session.output.transcription``)."""
+the slots its transport fills (``session.input.audio``, ``session.output.audio``,
+``session.output.transcription`` and, on a phone line, ``session.output.keypad``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .._dataclass import dataclass
 
@@ -31,6 +31,16 @@ class SessionOptions:
     answer_timeout: float
 
 
+class KeypadOutput(Protocol):
+    """Where ``session.send_dtmf`` presses keys: a phone line (a media stream's in-band
+    tones or the provider's keypad command, RFC 4733 events on SIP)."""
+
+    async def send_dtmf(self, digits: str) -> None:
+        """Press ``digits`` (``0-9 * # A-D``, ``w`` a half-second pause, ``W`` a second)
+        and return once they were sent down the line."""
+        ...
+
+
 class SessionInput:
     def __init__(self) -> None:
         self.audio: Any = None
@@ -40,3 +50,4 @@ class SessionOutput:
     def __init__(self) -> None:
         self.audio: Any = None
         self.transcription: TextOutput | None = None
+        self.keypad: KeypadOutput | None = None

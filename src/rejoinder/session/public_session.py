@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..floor import AgentState, UserState
@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from ..models.stt import STT
     from ..models.tts import TTS
     from ..models.vad import VAD
-    from .events import EventName
+    from .events import AnsweredBy, EventName
     from .options import SessionInput, SessionOptions, SessionOutput
     from .run_result import RunResult
+    from .session import TransferOutcome
     from .speech.handle import SpeechHandle
     from .timeline import Timeline
     from .timeline_events import Owed
@@ -105,6 +106,16 @@ class PublicSession(Protocol[AgentT]):
     def clear_user_turn(self) -> None: ...
     def hold(self, label: str = "hold") -> AbstractContextManager[None]: ...
     def push_dtmf(self, digits: str) -> None: ...
+    def transferring(self, target: str) -> AbstractContextManager[TransferOutcome]: ...
+    async def send_dtmf(self, digits: str) -> None: ...
+    def push_answered_by(
+        self,
+        answered_by: AnsweredBy,
+        *,
+        source: Literal["provider", "audio"],
+        beep: bool = False,
+        detail: str = "",
+    ) -> None: ...
     def add_image(self, image: ImageContent, *, key: str | None = None) -> None: ...
     async def aclose(self, *, reason: str = "closed") -> None: ...
     async def drain(self, timeout: float = 60.0) -> None: ...  # noqa: ASYNC109

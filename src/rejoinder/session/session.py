@@ -31,7 +31,15 @@ from .agents.agent_task import running_host
 from .arguments import MODES, check_free_recognizer, check_options, require
 from .context import SessionContext
 from .engine import Engine
-from .events import CloseEvent, DTMFEvent, EventEmitter, EventName, SessionStartedEvent
+from .events import (
+    AnsweredBy,
+    AnsweredByEvent,
+    CloseEvent,
+    DTMFEvent,
+    EventEmitter,
+    EventName,
+    SessionStartedEvent,
+)
 from .log_context import session_id as log_session_id
 from .options import SessionInput, SessionOptions, SessionOutput
 from .pipeline import PipelineEngine
@@ -57,6 +65,15 @@ logger = logging.getLogger("rejoinder")
 Userdata = TypeVar("Userdata")
 
 DTMF_KEYS = "0123456789*#ABCD"
+DTMF_PAUSES = "wW"
+ANSWERED_BY = ("human", "machine", "screening", "unknown")
+
+
+class TransferOutcome:
+    """How a transfer ended (``session.transferring``): set ``value`` before leaving."""
+
+    def __init__(self) -> None:
+        self.value: Literal["transferred", "failed", "taken back"] = "failed"
 
 
 class AgentSession(Generic[Userdata]):
@@ -439,6 +456,38 @@ class AgentSession(Generic[Userdata]):
         for key in keys:
             self._events.emit("dtmf", DTMFEvent(key, state.now()))
 
+    async def send_dtmf(self, digits: str) -> None:
+        """Press keys on the phone line (to navigate another company's phone menu):
+        ``0-9 * # A-D``, with ``w`` for a half-second pause and ``W`` for a second.
+        Returns once they were sent. Raises ``ValueError`` for other characters and
+        ``RuntimeError`` when the session is closing or its transport is not a phone line."""
+        require(digits, str, "digits")
+        if not digits or digits.strip(DTMF_KEYS + DTMF_PAUSES):
+            raise ValueError(f"DTMF digits are 0-9, *, #, A-D, w and W; got {digits!r:.40}")
+        keypad = self.output.keypad
+        if keypad is None:
+            raise RuntimeError("this session's transport has no keypad: it is not a phone call")
+        if self._is_closing():
+            raise RuntimeError("the session is closing: no keys can be sent")
+        await keypad.send_dtmf(digits)
+
+    def push_answered_by(
+        self,
+        answered_by: AnsweredBy,
+        *,
+        source: Literal["provider", "audio"],
+        beep: bool = False,
+        detail: str = "",
+    ) -> None:
+        """Who answered a call the agent placed (phone transports and detectors call this):
+        an ``answered_by`` event. Raises ``ValueError`` for an unknown kind or source."""
+        if answered_by not in ANSWERED_BY:
+            raise ValueError(f"answered_by is one of {ANSWERED_BY}; got {answered_by!r:.40}")
+        if source not in ("provider", "audio"):
+            raise ValueError(f"source is 'provider' or 'audio'; got {source!r:.40}")
+        event = AnsweredByEvent(answered_by, source, self._turn_state.now(), beep, detail)
+        self._events.emit("answered_by", event)
+
     async def __aenter__(self) -> AgentSession[Userdata]:
         return self
 
@@ -527,6 +576,22 @@ class AgentSession(Generic[Userdata]):
             yield
         finally:
             self._turn_state.close(ob, "released")
+
+    @contextmanager
+    def transferring(self, target: str) -> Iterator[TransferOutcome]:
+        """Around a call transfer (the phone transports use it): a committed obligation,
+        so the agent reports ``thinking`` while the caller waits on it, and is never
+        marked away. Set ``outcome.value`` to ``"transferred"`` or ``"taken back"``; an
+        exception closes it ``"failed"``."""
+        require(target, str, "target")
+        ob = self._turn_state.open(ObligationKind.TRANSFER, SESSION_OWNER, label=target[:80])
+        outcome = TransferOutcome()
+        try:
+            yield outcome
+        except BaseException:
+            self._turn_state.close(ob, "failed")
+            raise
+        self._turn_state.close(ob, outcome.value)
 
     # ------------------------------------------------------------- internal
 

@@ -12,6 +12,7 @@ signature check and the TwiML.
 from __future__ import annotations
 
 from .dialects import DIALECTS, PLIVO, TELNYX, TWILIO, CallInfo, Dialect
+from .line import PhoneLine, TransferFailed
 from .marks import MarkedPlayback
 from .routes import PROVIDERS, add_telephony_routes
 from .stream import MediaStreamPeer, TelephonyOptions
@@ -26,6 +27,8 @@ __all__ = [
     "Dialect",
     "MarkedPlayback",
     "MediaStreamPeer",
+    "PhoneLine",
     "TelephonyOptions",
+    "TransferFailed",
     "add_telephony_routes",
 ]

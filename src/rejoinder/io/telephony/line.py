@@ -1,0 +1,31 @@
+"""PhoneLine: what a phone call can do besides carry audio, whatever carries it.
+
+A media stream (Twilio, Telnyx, Plivo) and a SIP call each put one on their
+``Connection`` (``conn.line``). ``Connection.serve`` hands it to the session as its
+keypad (``session.send_dtmf``), and ``conn.transfer`` goes through it. Keeping this a
+protocol keeps the session and the connection free of any one provider.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["PhoneLine", "TransferFailed"]
+
+
+class TransferFailed(RuntimeError):
+    """The call could not be handed over (refused, no answer, a provider error): the
+    caller is still with the agent."""
+
+
+class PhoneLine(Protocol):
+    async def send_dtmf(self, digits: str) -> None:
+        """Press ``digits`` (``0-9 * # A-D``, ``w`` half a second's pause, ``W`` a
+        second's) down the line; return once they were sent."""
+        ...
+
+    async def transfer(self, target: str) -> None:
+        """Hand the caller to ``target`` (a phone number in E.164 form or a ``sip:`` URI)
+        and return once the provider took it over; raise ``TransferFailed`` otherwise.
+        The caller leaves the agent: the transport ends the session afterwards."""
+        ...
