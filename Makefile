@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest chromium node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo test lint typecheck pytest chromium sip-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -98,7 +98,7 @@ typecheck: $(STAMP)
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
 ALONE_TESTS = $(shell grep -rl "pytest.mark.alone" tests --include=*.py)
-pytest: $(STAMP) chromium js react
+pytest: $(STAMP) chromium sip-tools js react
 	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15 $(ALONE_TESTS)
 
@@ -107,6 +107,13 @@ pytest: $(STAMP) chromium js react
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; } \
 		|| echo "chromium could not be installed: the browser tests will be skipped"
+
+# The SIP tests talk to real SIP software on loopback: SIPp (Debian's sip-tester) for call
+# flows and load, baresip for a call with audio both ways.
+sip-tools:
+	@{ command -v sipp >/dev/null 2>&1 && command -v baresip >/dev/null 2>&1; } \
+		|| { apt-get update -q && apt-get install -y -q sip-tester baresip; } \
+		|| echo "sipp and baresip could not be installed: the SIP tests that need them will be skipped"
 
 bench: $(STAMP)
 	$(BIN)/python bench/turn_latency.py
