@@ -8,11 +8,23 @@ stream's line (``conn.line``) and outbound dialing use only it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol
 
 from ...._dataclass import dataclass
 
-__all__ = ["CallControl", "CallStatus", "CarrierError", "PlacedCall"]
+__all__ = [
+    "FINAL_STATUSES",
+    "STATUS_ORDER",
+    "AnsweredKind",
+    "CallControl",
+    "CallStatus",
+    "CarrierError",
+    "DialRequest",
+    "Dialing",
+    "PlacedCall",
+    "StatusUpdate",
+]
 
 CallStatus = Literal[
     "queued",
@@ -26,6 +38,24 @@ CallStatus = Literal[
     "canceled",
 ]
 """A placed call's progress, the same words for every provider (each maps its own)."""
+
+STATUS_ORDER: Mapping[str, int] = {
+    "queued": 0,
+    "initiated": 1,
+    "ringing": 2,
+    "answered": 3,
+    "completed": 4,
+    "busy": 4,
+    "no-answer": 4,
+    "failed": 4,
+    "canceled": 4,
+}
+"""How far along each status is: a call's status only ever moves to a higher rank."""
+
+FINAL_STATUSES = frozenset(("completed", "busy", "no-answer", "failed", "canceled"))
+
+AnsweredKind = Literal["human", "machine", "screening", "unknown"]
+"""Who answered (the session's ``answered_by`` kinds)."""
 
 
 class CarrierError(RuntimeError):
@@ -58,3 +88,50 @@ class CallControl(Protocol):
     async def hangup(self, call_id: str) -> None:
         """End the call. Raises ``CarrierError``."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class DialRequest:
+    """A call to place, with the URLs the provider needs to reach us back."""
+
+    to: str
+    from_: str
+    status_url: str
+    """Our status-callback (Telnyx: event webhook) URL for this call."""
+    stream_url: str
+    """``ws(s)://`` media socket the answered call streams to (Telnyx's ``stream_url``,
+    the ``<Stream>`` of Twilio's TwiML and of Plivo's answer)."""
+    stream_parameters: Mapping[str, str]
+    """Custom parameters the stream's ``start`` must bring back (Twilio ``<Parameter>``s)."""
+    answer_url: str = ""
+    """Our answer webhook for this call (Plivo's ``answer_url``: it returns the stream)."""
+    ring_timeout: float = 30.0
+    machine_detection: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StatusUpdate:
+    """One status callback, in the same words for every provider."""
+
+    call_id: str | None
+    status: CallStatus | None = None
+    """None: the callback said nothing about progress (an AMD result, a stream event)."""
+    answered_by: AnsweredKind | None = None
+    beep: bool = False
+    detail: str = ""
+    """The provider's own words (its status, AMD result or hang-up cause), for the log."""
+
+
+class Dialing(CallControl, Protocol):
+    """A call-control API that can also place calls and read its status callbacks."""
+
+    async def dial(self, request: DialRequest) -> PlacedCall:
+        """Place the call; returns once the provider accepted it. Raises ``CarrierError``
+        (never retried past a 429 or an unreachable provider: see ``http``)."""
+        ...
+
+    def read_status(self, form: Mapping[str, str] | None, body: bytes) -> StatusUpdate | None:
+        """One (already authenticated) status callback, or None when it is not one."""
+        ...
+
+    async def aclose(self) -> None: ...
