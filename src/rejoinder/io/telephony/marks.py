@@ -24,6 +24,13 @@ silence (the padding plays, but never counts as the agent's audio).
 A provider that echoes no marks at all (a one-way stream, say) must not leave the agent
 ``speaking`` forever: once a segment's end mark is ``echo_timeout`` seconds overdue (by
 the send clock), the segment is taken as played, with a warning.
+
+Audio that is not the agent's voice (keypad tones: ``play_signal``) goes down the same
+line, in order: after the agent audio captured so far (and after the end of a segment still
+being captured), before whatever the agent says next. It takes playout time but no sample
+positions, so it never starts, extends or shows in a segment: ``speaking``, the played
+count and the heard text stay about the voice. It ends with a mark of its own
+(``rjs-<n>``) whose echo says the far end heard it all; a clear cuts it like agent audio.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ __all__ = ["MarkedPlayback"]
 logger = logging.getLogger("rejoinder.io.telephony")
 
 _MARK = re.compile(r"rj-([0-9]{1,9})-([0-9]{1,15})")  # not \d: it takes any Unicode digit
+_SIGNAL_MARK = re.compile(r"rjs-[0-9]{1,12}")
 
 
 class MarkedPlayback(ReportedPlayback):
@@ -99,23 +107,37 @@ class MarkedPlayback(ReportedPlayback):
         """Loop time by which everything sent would have played (flow control only)."""
         self.marks_sent = 0
         self.marks_echoed = 0
+        self._wire = asyncio.Lock()
+        """Held while a frame of agent audio or a signal is being sent: one at a time."""
+        self._segment_closed = asyncio.Event()
+        """Set when the segment being captured ends (flushed, cleared, closed)."""
+        self._signals: dict[str, asyncio.Future[bool]] = {}
+        """Signals sent and not heard yet, by the name of their end mark."""
+        self._signal_count = 0
+        self._signals_sending = 0
+        self._cuts = 0
+        """Clears and the close so far: a signal that sees it change was cut."""
+        self._signal_warned = False
 
     # ---------------------------------------------------------------- sending
 
     async def _send_chunks(self, frame: AudioFrame) -> None:
         epoch = self._epoch
-        data = np.concatenate((self._carry, frame.data)) if self._carry.size else frame.data
-        self._carry = np.zeros(0, np.int16)
-        whole = len(data) - len(data) % self._chunk
-        for start in range(0, whole, self._chunk):
-            await self._pace()
+        async with self._wire:  # behind a signal being sent
             if epoch != self._epoch or self.closed:
-                return  # cleared (or gone) meanwhile: the rest of this frame is unheard
-            await self._send_media(AudioFrame(data[start : start + self._chunk], self.rate))
-            if epoch != self._epoch:
                 return
-            self._sent_piece(self._chunk, self._chunk)
-        self._carry = data[whole:]
+            data = np.concatenate((self._carry, frame.data)) if self._carry.size else frame.data
+            self._carry = np.zeros(0, np.int16)
+            whole = len(data) - len(data) % self._chunk
+            for start in range(0, whole, self._chunk):
+                await self._pace()
+                if epoch != self._epoch or self.closed:
+                    return  # cleared (or gone) meanwhile: the rest of this frame is unheard
+                await self._send_media(AudioFrame(data[start : start + self._chunk], self.rate))
+                if epoch != self._epoch:
+                    return
+                self._sent_piece(self._chunk, self._chunk)
+            self._carry = data[whole:]
 
     def _sent_piece(self, audio: int, played: int) -> None:
         """``audio`` samples of the agent's went out, taking ``played`` samples of time."""
@@ -138,6 +160,7 @@ class MarkedPlayback(ReportedPlayback):
             await asyncio.sleep(ahead)
 
     def flush(self) -> None:
+        self._segment_closed.set()
         carry, self._carry = self._carry, np.zeros(0, np.int16)
         if carry.size and not self.closed:
             padded = np.zeros(self._chunk, np.int16)
@@ -190,7 +213,17 @@ class MarkedPlayback(ReportedPlayback):
         self._send_clear_message()
 
     def clear_buffer(self) -> None:
+        agent_audio = self.pending  # sent or captured and not heard yet
+        signals = self._signals_sending > 0 or bool(self._signals)
+        self._cuts += 1
+        self._segment_closed.set()
         super().clear_buffer()
+        if signals and not agent_audio and not self.closed:
+            # Only a signal is on the line (every agent sample has been heard, so the
+            # agent's epoch and positions are untouched): the provider drops it.
+            self._due = 0.0
+            self._send_clear_message()
+        self._cut_signals()
         if self._cleared:
             # The provider dropped its buffer: the new epoch plays from where the last
             # echo left us, and nothing it held (or echoes for it) counts as heard.
@@ -203,6 +236,9 @@ class MarkedPlayback(ReportedPlayback):
     def on_mark(self, name: str) -> None:
         """A mark echoed by the provider."""
         match = _MARK.fullmatch(name)
+        if match is None and _SIGNAL_MARK.fullmatch(name):
+            self._signal_heard(name)
+            return
         if match is None:
             logger.debug("ignoring a mark we did not send: %r", name[:80])
             return
@@ -219,4 +255,89 @@ class MarkedPlayback(ReportedPlayback):
         if self._overdue is not None:
             self._overdue.cancel()
             self._overdue = None
+        self._cuts += 1
+        self._segment_closed.set()
         super().close()
+        self._cut_signals()
+
+    # ------------------------------------------------------------- signals
+
+    async def play_signal(self, frame: AudioFrame) -> bool:
+        """Play ``frame`` (mono, at this output's rate), audio that is not the agent's
+        voice, after the agent audio captured so far: a segment still being captured
+        ends first, and what is captured meanwhile waits for it. Paced like agent audio.
+        Returns True once the far end has played it all (its end mark echoed; or, from a
+        provider that echoes nothing, ``echo_timeout`` after it should have played),
+        False when a clear or the call's end cut it (some of it may have been heard)."""
+        if frame.sample_rate != self.sample_rate or frame.num_channels != 1:
+            raise ValueError(f"a signal must be mono at {self.sample_rate} Hz")
+        cuts = self._cuts
+        if self.closed:
+            return False
+        self._signals_sending += 1
+        try:
+            while self._capturing():
+                self._segment_closed.clear()
+                await self._segment_closed.wait()
+                if cuts != self._cuts:
+                    return False
+            async with self._wire:
+                if not await self._send_signal(frame.data, cuts):
+                    return False
+                self._signal_count += 1
+                name = f"rjs-{self._signal_count}"
+                heard: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                self._signals[name] = heard
+                self._send_mark(name)
+        finally:
+            self._signals_sending -= 1
+        loop = asyncio.get_running_loop()
+        due = max(self._due, loop.time()) + self._echo_timeout
+        overdue = loop.call_at(due, self._signal_overdue, name)
+        try:
+            return await heard
+        finally:
+            overdue.cancel()
+            self._signals.pop(name, None)
+
+    def _capturing(self) -> bool:
+        """A segment of agent audio is being captured (its end is still to come)."""
+        return bool(self._segments) and not self._segments[-1].flushed
+
+    async def _send_signal(self, data: PCM16, cuts: int) -> bool:
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(data), self._chunk):
+            piece = data[start : start + self._chunk]
+            if piece.size < self._chunk:  # the last piece, padded: every message is 20 ms
+                piece = np.concatenate((piece, np.zeros(self._chunk - piece.size, np.int16)))
+            await self._pace()
+            if cuts != self._cuts:
+                return False
+            await self._send_media(AudioFrame(piece, self.rate))
+            if cuts != self._cuts:
+                return False
+            self._due = max(self._due, loop.time()) + self._chunk / self.rate
+        return True
+
+    def _signal_heard(self, name: str) -> None:
+        heard = self._signals.pop(name, None)  # unknown: cut by a clear, echoed anyway
+        if heard is not None and not heard.done():
+            heard.set_result(True)
+
+    def _signal_overdue(self, name: str) -> None:
+        if name not in self._signals:
+            return
+        if not self._signal_warned:
+            self._signal_warned = True
+            logger.warning(
+                "no mark echoed %.0f s after a signal should have played: taking it as "
+                "heard (is the stream bidirectional?)",
+                self._echo_timeout,
+            )
+        self._signal_heard(name)
+
+    def _cut_signals(self) -> None:
+        signals, self._signals = self._signals, {}
+        for heard in signals.values():
+            if not heard.done():
+                heard.set_result(False)

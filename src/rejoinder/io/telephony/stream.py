@@ -6,7 +6,9 @@ away (``client_left``); puts what must be written (media, marks, clear, a close)
 point receives: a microphone at the call's 8 kHz (G.711 decoded with numpy tables; the
 VAD and STT resample with soxr), a ``MarkedPlayback`` as the speaker (the session's audio
 is resampled to 8 kHz before it gets here, encoded, cut in 20 ms chunks and marked), and
-the call's ids and custom parameters (``conn.call``). Keys pressed become ``dtmf`` session
+the call's ids and custom parameters (``conn.call``) and its line (``conn.line``, a
+``MediaStreamLine``: the agent's keys go out as tones after its queued audio; transfers go
+through the ``CallControl`` given as ``control``). Keys pressed become ``dtmf`` session
 events. ``stop`` ends the session with reason ``"call ended"``; a socket that drops
 without it, with ``"connection lost"``.
 
@@ -21,6 +23,7 @@ import base64
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...models import g711
 from ...models.audio import AudioFrame
@@ -30,6 +33,10 @@ from ..outbox import Outbox
 from ..protocol import CloseCode, ServerMessage
 from .dialects import CallInfo, Dialect, Ignored, KeyPressed, MarkEchoed, Media, Started, Stopped
 from .marks import MarkedPlayback
+from .media_line import MediaStreamLine
+
+if TYPE_CHECKING:
+    from .carriers.base import CallControl
 
 __all__ = ["MediaStreamPeer", "TelephonyOptions"]
 
@@ -109,19 +116,25 @@ class MediaStreamPeer:
         remote: str | None = None,
         query: Mapping[str, str] | None = None,
         admit: Admit | None = None,
+        control: CallControl | None = None,
     ) -> None:
+        """``control``: the provider's call control (REST) for this account, which the
+        line transfers calls through (None: transfers fail with a clear message)."""
         self.dialect = dialect
         self.options = opts = options or TelephonyOptions()
         self.outbox = Outbox(
             max_messages=opts.max_queued_messages, max_audio_bytes=opts.max_queued_audio_bytes
         )
         self.connection: Connection | None = None
+        self.line: MediaStreamLine | None = None
+        """The call's phone line (``conn.line``), once it started."""
         self.call: CallInfo | None = None
         self.junk = 0
         """Frames ignored as junk (logged once each kind)."""
         self._remote = remote
         self._query = dict(query or {})
         self._admit = admit
+        self._control = control
         self._limit = _RateLimit(opts.max_messages_per_second, opts.burst_seconds)
         self._playback: MarkedPlayback | None = None
         self._reported: set[str] = set()
@@ -211,6 +224,8 @@ class MediaStreamPeer:
             id=f"{call.provider}-{call.stream_id}"[:96],
             call=call,
         )
+        self.line = MediaStreamLine(self._playback, call, self._control)
+        self.connection.line = self.line
         return self.connection
 
     def _media(self, audio: bytes) -> None:
