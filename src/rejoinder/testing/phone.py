@@ -9,6 +9,11 @@ A mark is echoed when the playout passes it (at once when nothing is buffered); 
 empties the buffer and, like Twilio, echoes the marks it held (``marks_on_clear="drop"``
 drops them instead, as Plivo does). ``press`` sends keypad digits, ``hang_up`` a ``stop``.
 
+It can also be the far end the agent calls: ``keys_heard`` decodes the DTMF tones in what
+it played (the audio alone, ``keypad_tones.detect_dtmf``), and ``answer_menu`` runs a
+phone menu (``MenuNode``): it speaks a prompt, waits for a key in what it hears, follows it
+to the next prompt, until a prompt with no keys.
+
     async with FakePhoneCall.connect(url) as call:
         await call.say(pcm, rate)                 # the caller speaks (resampled to 8 kHz)
         await call.say_wav("question.wav")        # or from a WAV file
@@ -36,13 +41,15 @@ from ..models import g711
 from ..models.audio import PCM16, AudioFrame
 from ..models.audio_utils import resample
 
-__all__ = ["FakePhoneCall", "Heard"]
+__all__ = ["FakePhoneCall", "Heard", "MenuNode"]
 
 RATE = 8000
 TICK = 0.02
 CHUNK = 160  # samples per 20 ms
 ACCOUNT_SID = "AC00000000000000000000000000000001"
 SILENCE = g711.ulaw_encode(np.zeros(CHUNK, np.int16))
+KEY_RELEASE = 0.1
+"""Seconds of quiet after a key before the menu answers (its tone has ended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,14 @@ class Heard:
 
     at: float
     pcm: PCM16
+
+
+@dataclass(frozen=True, slots=True)
+class MenuNode:
+    """One prompt of a phone menu, and the prompt each key leads to (none: the end)."""
+
+    prompt: str
+    keys: Mapping[str, MenuNode] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +89,9 @@ class FakePhoneCall:
     other: list[dict[str, Any]] = field(default_factory=list)
     """Messages that were neither media, mark nor clear (there should be none)."""
     close_code: int | None = None
+    menu_log: list[tuple[float, str, str]] = field(default_factory=list)
+    """What ``answer_menu`` did, when: ``("said", prompt)`` once a prompt was spoken,
+    ``("key", key)`` once a key was detected in the audio heard."""
     _buffer: deque[PCM16 | str] = field(default_factory=deque)
     _buffered: int = 0
     _playing: bool = False
@@ -226,6 +244,44 @@ class FakePhoneCall:
     def audible_at(self, *, threshold: int = 200) -> list[float]:
         """Times of the played chunks that were not near-silence."""
         return [h.at for h in self.heard if len(h.pcm) and int(np.abs(h.pcm).max()) > threshold]
+
+    def keys_heard(self, since: float | None = None) -> str:
+        """The DTMF keys in what the caller heard (from loop time ``since`` on), decoded
+        from the audio alone, in order."""
+        from ..io.telephony.keypad_tones import detect_dtmf
+
+        pieces = [h.pcm for h in self.heard if since is None or h.at >= since]
+        return detect_dtmf(np.concatenate(pieces), RATE) if pieces else ""
+
+    async def answer_menu(
+        self,
+        menu: MenuNode,
+        voice: Callable[[str], PCM16],
+        *,
+        key_timeout: float = 5.0,
+    ) -> MenuNode:
+        """Be a phone menu: speak ``voice(prompt)`` (8 kHz PCM) into the line, wait for a
+        key in the audio heard since the prompt began (keys pressed over the prompt count,
+        as on a real menu), and go where it leads; a key the menu does not know repeats
+        the prompt. Returns the node with no keys once its prompt was spoken;
+        ``TimeoutError`` when no key comes within ``key_timeout`` of a prompt's end."""
+        loop = asyncio.get_running_loop()
+        node = menu
+        while True:
+            began = loop.time()
+            await self.say(voice(node.prompt), RATE)
+            self.menu_log.append((loop.time(), "said", node.prompt))
+            if not node.keys:
+                return node
+            async with asyncio.timeout(key_timeout):
+                while not (keys := self.keys_heard(since=began)):  # noqa: ASYNC110
+                    await asyncio.sleep(0.04)  # a decode every two chunks played
+            self.menu_log.append((loop.time(), "key", keys[0]))
+            # The next prompt once the keys went quiet (their end must not count again).
+            async with asyncio.timeout(key_timeout):
+                while loop.time() - max(self.audible_at(), default=0.0) < KEY_RELEASE:  # noqa: ASYNC110
+                    await asyncio.sleep(TICK)
+            node = node.keys.get(keys[0], node)
 
     @property
     def closed(self) -> bool:
