@@ -67,6 +67,7 @@ def _webhook_route(answers: dict[str, Answer]) -> Callable[[Request], Awaitable[
     async def route(request: Request) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
         form: list[tuple[str, str]] | None = None
+        body: bytes | None = b""
         if request.method == "POST":
             body = await _body(request)
             if body is None:
@@ -79,6 +80,8 @@ def _webhook_route(answers: dict[str, Answer]) -> Callable[[Request], Awaitable[
             form=form,
             signature=request.headers.get("x-twilio-signature", ""),
             remote=remote(request),
+            body=body or b"",
+            headers=dict(request.headers),
         )
         return response(answers[method](webhook))
 

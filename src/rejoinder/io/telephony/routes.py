@@ -13,7 +13,11 @@ to us", and the media sockets, each feeding a framework-free ``MediaStreamPeer``
 
 With ``TelephonyOptions.twilio_auth_token`` set, a Twilio webhook without a valid
 ``X-Twilio-Signature`` gets 403, and the media socket accepts only a call whose webhook
-was accepted: the TwiML carries a one-time token back as a custom parameter.
+was accepted: the TwiML carries a one-time token back as a custom parameter. Telnyx's and
+Plivo's webhooks are checked the same way with their secrets (``service.WebhookSecrets``).
+For outbound calls (``outbound.dial``) it also mounts the status callbacks:
+``POST /twilio/status``, ``POST /telnyx/events``, ``POST /plivo/status`` (and Plivo's
+``POST /plivo/transfer``). The service is kept in ``app[TELEPHONY]`` for ``dial``.
 
 What each route answers and does is decided in ``service.TelephonyService`` (no aiohttp
 there); this module only reads aiohttp requests into it and writes its answers back. The
@@ -32,15 +36,18 @@ from ..connection import Connection, Entrypoint
 from ..hosting import run_socket
 from ..socket_loop import AiohttpFrames, respond
 from .dialects import DIALECTS, Dialect
-from .service import Answer, TelephonyService, WebhookRequest
+from .service import Answer, TelephonyService, WebhookRequest, WebhookSecrets
 from .stream import TelephonyOptions
 
-__all__ = ["PROVIDERS", "add_telephony_routes"]
+__all__ = ["PROVIDERS", "TELEPHONY", "add_telephony_routes"]
 
 logger = logging.getLogger("rejoinder.io.telephony")
 
 PROVIDERS = tuple(DIALECTS)
 """Provider names ``add_telephony_routes`` (and ``serve --telephony``) accept."""
+
+TELEPHONY: web.AppKey[TelephonyService] = web.AppKey("rejoinder.telephony", TelephonyService)
+"""The app's ``TelephonyService`` (what ``outbound.dial`` places calls with)."""
 
 
 def add_telephony_routes(
@@ -50,8 +57,12 @@ def add_telephony_routes(
     gate: SessionGate[Connection],
     providers: Sequence[str] = ("twilio",),
     options: TelephonyOptions | None = None,
-) -> None:
-    service = TelephonyService(entrypoint, gate=gate, providers=providers, options=options)
+    secrets: WebhookSecrets | None = None,
+) -> TelephonyService:
+    service = TelephonyService(
+        entrypoint, gate=gate, providers=providers, options=options, secrets=secrets
+    )
+    app[TELEPHONY] = service
     for path, method, answer in service.webhooks():
         if method == "POST":
             app.router.add_post(path, _webhook_route(answer))
@@ -60,10 +71,17 @@ def add_telephony_routes(
     for path, dialect in service.media_paths().items():
         app.router.add_get(path, _media_route(service, dialect))
 
+    async def forget_calls(_: web.Application) -> None:
+        service.outbound.close()
+
+    app.on_shutdown.append(forget_calls)
+    return service
+
 
 def _webhook_route(answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
-        form = await request.post() if request.method == "POST" else None
+        body = await request.read() if request.method == "POST" else b""
+        form = await request.post() if request.method == "POST" else None  # (from the read)
         webhook = WebhookRequest(
             method=request.method,
             url=str(request.url),
@@ -71,6 +89,8 @@ def _webhook_route(answer: Answer) -> Callable[[web.Request], Awaitable[web.Resp
             form=None if form is None else [(k, v) for k, v in form.items() if isinstance(v, str)],
             signature=request.headers.get("X-Twilio-Signature", ""),
             remote=request.remote,
+            body=body,
+            headers=dict(request.headers),
         )
         return respond(answer(webhook))
 
