@@ -1,0 +1,73 @@
+"""Binding a call's RTP socket on a free even port of the configured range.
+
+RTP goes on an even port and RTCP on the next odd one (RFC 3550 §11); trunks and
+firewalls are configured with a range (Asterisk's default is 10000-20000). Each call
+tries even ports from a random place in the range, so two processes sharing it rarely
+try the same ones, and the OS says which are taken (``EADDRINUSE``): no registry to keep
+in step with the sockets. The range ``(0, 0)`` lets the OS pick any port (tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import random
+import socket
+from collections.abc import Callable
+
+__all__ = ["NoFreePort", "bind_rtp_socket"]
+
+MAX_TRIES = 64
+"""Ports tried before giving up (the range is full, or something else is wrong)."""
+
+
+class NoFreePort(OSError):
+    """No even port of the range could be bound."""
+
+
+async def bind_rtp_socket(
+    host: str,
+    port_range: tuple[int, int],
+    protocol_factory: Callable[[], asyncio.DatagramProtocol],
+) -> tuple[asyncio.DatagramTransport, asyncio.DatagramProtocol, int]:
+    """Bind a UDP socket on ``host`` and an even port of ``port_range`` (inclusive) and
+    run ``protocol_factory()``'s protocol on it. Returns the transport, the protocol and
+    the port. Raises ``NoFreePort`` when no port was free after ``MAX_TRIES``."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    if not infos:
+        raise OSError(f"cannot resolve the RTP bind address {host!r}")
+    family, _, _, _, address = infos[0]
+    low, high = port_range
+    candidates = [0] if (low, high) == (0, 0) else _even_ports(low, high)
+    last_error: OSError | None = None
+    for port in candidates:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.bind((address[0], port, *address[2:]))
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+            last_error = exc
+            continue
+        sock.setblocking(False)
+        try:
+            transport, protocol = await loop.create_datagram_endpoint(protocol_factory, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        bound = sock.getsockname()[1]
+        return transport, protocol, int(bound)
+    raise NoFreePort(f"no free even RTP port in {low}-{high} after {MAX_TRIES} tries") from (
+        last_error
+    )
+
+
+def _even_ports(low: int, high: int) -> list[int]:
+    first = low + (low % 2)
+    count = (high - first) // 2 + 1
+    if count <= 0:
+        return []
+    start = random.randrange(count)
+    return [first + 2 * ((start + i) % count) for i in range(min(count, MAX_TRIES))]
