@@ -33,9 +33,9 @@ misconfiguration (a public key that is not one, an unknown provider) raises.
 Replays: Telnyx's signature covers a timestamp, so a copy older than the tolerance fails on
 its own and a ``ReplayGuard`` with the same window closes the rest. Plivo V3 and Twilio sign
 no time at all: a guard refuses a copy only while it still remembers the original, so give
-it a long window (hours) and enough room. A provider that retries a webhook with the very
-same signature (Twilio does, on a failed delivery) has the retry refused as a replay: answer
-the first delivery.
+it a long window (hours) and enough room. A delivery retried byte for byte (same URL,
+parameters and nonce, hence the same signature) is refused as a replay too: answer the
+first one.
 """
 
 from __future__ import annotations
