@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .digest import DigestAuthority
 from .ratelimit import RateLimiter
 from .transactions import Timers
+
+if TYPE_CHECKING:
+    from .media import SipMediaOptions
 
 __all__ = ["LOOPBACK_ONLY", "SipOptions"]
 
@@ -50,9 +53,9 @@ class SipOptions:
     """Seconds a transfer may take, REFER to the final NOTIFY."""
     retry_after: int = 30
     """The ``Retry-After`` of the 503 sent while draining."""
-    media: Any = None
-    """Passed to ``RtpCall.open`` as ``options`` (``SipMediaOptions``: the RTP port
-    range, jitter buffer, silence timeout)."""
+    media: SipMediaOptions | None = None
+    """The calls' RTP settings (port range, jitter buffer, silence timeout), passed to
+    ``RtpCall.open``."""
     user_agent: str = "rejoinder"
 
     def __post_init__(self) -> None:
