@@ -272,7 +272,9 @@ class OutboundCall:
 
     async def _hangup_quietly(self) -> None:
         try:
-            await self.hangup()
+            if self.call_id is not None:  # (even once ended on our side: the ring timeout)
+                await self.control.hangup(self.call_id)
+                self._later(self.end_timeout, self._end_locally, "completed", "no end reported")
         except CarrierError as exc:
             logger.warning("call %s: %s", self.key, exc)
             self._end_locally("completed", "hang-up failed")
