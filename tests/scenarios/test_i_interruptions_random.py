@@ -126,7 +126,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
         stt: rj.STT = (
             ScriptedSTT(words) if pass_latency is None else BatchSTT(words, latency=pass_latency)
         )
-        mic = MemoryAudioInput(16000)
+        mic = MemoryAudioInput(16000, frame_ms=40)  # STEP-sized: half the loop turns
         speaker = MemoryAudioOutput(24000)
         session: rj.AgentSession[Any] = rj.AgentSession(
             llm=ScriptedLLM([[REPLY], ["Sure."]]),
