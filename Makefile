@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,otel,plot,simulate,asgi,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp]'
 	# silero-vad's wheel carries the VAD model; its torch dependency is not needed.
 	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
 	# pipecat-ai's wheel carries the Smart Turn model (local.SmartTurn); only the file is used.
