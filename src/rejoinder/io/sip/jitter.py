@@ -23,7 +23,9 @@ Rules (each one a test):
   position (already played, or concealed) is dropped as late;
 * duplicates: a packet already held or already played is dropped;
 * loss: a missing frame with later ones waiting is concealed (``None``) when its turn
-  comes, and playout moves on;
+  comes, and playout moves on. (Frames lost while the buffer was dry are not added
+  back: the idle stretch's silence stands for them, and playout re-primes on what
+  arrives — a frame or two of timeline given up for a lower delay.)
 * bounded: at most ``capacity`` packets are held; past that the oldest is played over
   (dropped) so the delay never grows without bound (a sender whose clock runs fast, a
   burst); a packet more than ``capacity`` frames ahead of playout (a sender that

@@ -1,0 +1,168 @@
+"""RtpPlayback on virtual time: packets paced at 20 ms with RTP numbering, and the
+playback truth on the send clock — a sample is heard ``playout_delay`` after the packet
+carrying it was sent; a clear stops sending at once; nothing counts as heard on hold."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rejoinder.io.sip.rtp_playback import RtpPlayback
+from rejoinder.models.audio import AudioFrame, PlaybackFinished
+
+RATE = 8000
+DELAY = 0.15
+
+
+def loud(seconds: float) -> AudioFrame:
+    return AudioFrame(np.full(round(seconds * RATE), 1000, np.int16), RATE)
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+        self.packets: list[tuple[float, int, bool, AudioFrame]] = []
+        self.events: list[tuple[float, Any]] = []
+        self.out = RtpPlayback(
+            RATE,
+            send_packet=self._send,
+            timestamp_at=lambda t: 1000 + round((t - self.t0) * RATE),
+            playout_delay=DELAY,
+        )
+        self.listen()
+
+    def listen(self) -> None:
+        self.out.set_listener(
+            lambda: self.events.append((self.now(), "started")),
+            lambda ev: self.events.append((self.now(), ev)),
+        )
+
+    def now(self) -> float:
+        return round(self.loop.time() - self.t0, 4)
+
+    def _send(self, frame: AudioFrame, timestamp: int, marker: bool) -> None:
+        self.packets.append((self.now(), timestamp, marker, frame))
+
+    async def say(self, seconds: float) -> None:
+        await self.out.capture_frame(loud(seconds))
+        self.out.flush()
+
+
+@pytest.mark.looptime
+async def test_speaking_follows_the_send_clock_plus_the_playout_delay() -> None:
+    rig = Rig()
+    await rig.say(0.125)  # 6 whole packets and 5 ms
+    await asyncio.sleep(1)
+    times = [t for t, _, _, _ in rig.packets]
+    assert times == pytest.approx([0.02 * i for i in range(7)])  # paced, never ahead
+    stamps = [ts for _, ts, _, _ in rig.packets]
+    assert stamps == [1000 + 160 * i for i in range(7)]
+    assert [m for _, _, m, _ in rig.packets] == [True] + [False] * 6
+    assert all(f.samples_per_channel == 160 for *_, f in rig.packets)
+    tail = rig.packets[-1][3].data
+    assert (tail[:40] == 1000).all() and (tail[40:] == 0).all()  # padded with silence
+    assert rig.events == [
+        (pytest.approx(DELAY), "started"),
+        (pytest.approx(0.12 + DELAY), PlaybackFinished(0.125, interrupted=False)),
+    ]
+
+
+@pytest.mark.looptime
+async def test_a_pause_starts_a_new_talkspurt_on_the_media_clock() -> None:
+    rig = Rig()
+    await rig.say(0.04)
+    await asyncio.sleep(0.5)
+    rig.listen()
+    await rig.say(0.04)
+    await asyncio.sleep(0.5)
+    (t1, ts1, m1, _), (_, ts2, m2, _), (t3, ts3, m3, _), (_, ts4, m4, _) = rig.packets
+    assert (m1, m2, m3, m4) == (True, False, True, False)
+    assert ts2 == ts1 + 160
+    # The second talkspurt's timestamp is as far on as the time between them.
+    assert ts3 - ts1 == round((t3 - t1) * RATE)
+    assert ts4 == ts3 + 160
+
+
+@pytest.mark.looptime
+async def test_a_clear_stops_sending_at_once_and_keeps_what_was_heard() -> None:
+    rig = Rig()
+    speaking = asyncio.ensure_future(rig.say(2.0))
+    await asyncio.sleep(0.5)
+    rig.out.clear_buffer()
+    cleared_at = rig.now()
+    await asyncio.sleep(0.01)
+    assert speaking.done()
+    sent = len(rig.packets)
+    await asyncio.sleep(1)
+    assert len(rig.packets) == sent, "nothing is sent after the clear"
+    assert all(t <= cleared_at for t, *_ in rig.packets)
+    # Heard: what was sent playout_delay before the clear (the rest plays too, but the
+    # history errs towards less).
+    (_, started), (at, finished) = rig.events
+    assert started == "started"
+    assert at == pytest.approx(cleared_at) and finished.interrupted
+    heard_packets = sum(1 for t, *_ in rig.packets if t + DELAY <= cleared_at)
+    assert finished.position == pytest.approx(heard_packets * 0.02)
+    # The next reply starts a talkspurt of its own, numbered after the last one.
+    last_ts = rig.packets[-1][1]
+    rig.listen()
+    rig.events.clear()
+    await rig.say(0.1)
+    await asyncio.sleep(1)
+    first = rig.packets[sent]
+    assert first[2] is True and first[1] > last_ts
+    assert rig.events[0] == (pytest.approx(first[0] + DELAY), "started")
+    assert rig.events[1][1] == PlaybackFinished(0.1, interrupted=False)
+
+
+@pytest.mark.looptime
+async def test_on_hold_nothing_is_sent_and_nothing_counts_as_heard() -> None:
+    rig = Rig()
+    speaking = asyncio.ensure_future(rig.say(2.0))
+    await asyncio.sleep(0.5)
+    rig.out.hold()
+    held_at = rig.now()
+    await asyncio.sleep(0.01)
+    sent = len(rig.packets)
+    (_, _), (at, finished) = rig.events
+    assert at == pytest.approx(held_at) and finished.interrupted
+    # Audio sent in the last playout_delay was not heard: the line went quiet.
+    assert finished.position == pytest.approx(
+        sum(1 for t, *_ in rig.packets if t + DELAY <= held_at) * 0.02
+    )
+    await speaking  # the rest of the cut reply is dropped
+    # A reply while on hold waits: not sent, never started.
+    rig.listen()
+    rig.events.clear()
+    waiting = asyncio.ensure_future(rig.say(0.2))
+    await asyncio.sleep(2)
+    assert len(rig.packets) == sent and rig.events == []
+    rig.out.unhold()
+    unheld_at = rig.now()
+    await waiting
+    await asyncio.sleep(1)
+    resumed = rig.packets[sent:]
+    assert len(resumed) == 10 and resumed[0][2] is True
+    assert resumed[0][0] == pytest.approx(unheld_at)
+    assert rig.events == [
+        (pytest.approx(unheld_at + DELAY), "started"),
+        (pytest.approx(resumed[-1][0] + DELAY), PlaybackFinished(0.2, interrupted=False)),
+    ]
+
+
+@pytest.mark.looptime
+async def test_closing_stops_everything() -> None:
+    rig = Rig()
+    speaking = asyncio.ensure_future(rig.say(1.0))
+    await asyncio.sleep(0.3)
+    rig.out.close()
+    await asyncio.sleep(0.05)
+    sent = len(rig.packets)
+    assert speaking.done()
+    await asyncio.sleep(1)
+    assert len(rig.packets) == sent
+    assert rig.events[-1][1].interrupted
