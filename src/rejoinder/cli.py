@@ -246,6 +246,7 @@ def _add_server_commands(commands: Any) -> None:
             help="the server's public base URL (https://abc.ngrok.app) for the phone "
             "webhooks' stream URL and Twilio's signature (default: from each request)",
         )
+        _add_sip_options(sub)
         sub.add_argument(
             "-v", "--verbose", action="store_true", help="log the runtime's messages to stderr"
         )
@@ -306,6 +307,61 @@ def _add_ray_options(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_sip_options(sub: argparse.ArgumentParser) -> None:
+    """``--sip HOST:PORT``: answer calls from a SIP trunk directly (``rejoinder.io.sip``)."""
+    sip = sub.add_argument_group(
+        "SIP trunks (--sip)",
+        "answer INVITEs with RTP (PCMU/PCMA, RFC 4733 keys); digest credentials come from "
+        "SIP_USERNAME and SIP_PASSWORD when set",
+    )
+    sip.add_argument(
+        "--sip",
+        metavar="HOST:PORT",
+        type=_sip_address,
+        help="listen for SIP on UDP HOST:PORT (0.0.0.0:5060 for every interface)",
+    )
+    sip.add_argument(
+        "--sip-allow",
+        metavar="CIDR",
+        action="append",
+        default=[],
+        help="networks whose calls are answered (repeat; default loopback only: name your "
+        "trunk's published networks, others get 403)",
+    )
+    sip.add_argument(
+        "--sip-public-host",
+        metavar="HOST",
+        help="the address the trunk reaches this server at, for Contact and SDP (behind NAT)",
+    )
+
+
+def _sip_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"give HOST:PORT (e.g. 0.0.0.0:5060), got {text!r}")
+    try:
+        number = _port(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {port!r}") from None
+    return host.strip("[]"), number
+
+
+def _sip_options(args: argparse.Namespace) -> Any:
+    if args.sip is None:
+        return None
+    from .io.sip import LOOPBACK_ONLY, SipOptions
+
+    host, port = args.sip
+    return SipOptions(
+        host=host,
+        port=port,
+        public_host=args.sip_public_host,
+        allow_from=tuple(args.sip_allow) or LOOPBACK_ONLY,
+        username=os.environ.get("SIP_USERNAME") or None,
+        password=os.environ.get("SIP_PASSWORD") or None,
+    )
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -346,7 +402,13 @@ def _run_server(args: argparse.Namespace) -> int:
     _configure_server_logging(verbose=args.verbose)
     if getattr(args, "ray", False):
         return _run_ray(args)
+    try:
+        sip = _sip_options(args)
+    except ValueError as exc:  # a bad --sip-allow network, half the credentials
+        sys.stderr.write(f"{PROG} {args.command}: error: {exc}\n")
+        return 2
     options = ServerOptions(
+        sip=sip,
         path=args.file,
         host=args.host,
         port=args.port,
@@ -377,6 +439,8 @@ def _run_ray(args: argparse.Namespace) -> int:
 
     if args.max_sessions is not None:
         return usage("with --ray, give the limit per replica: --sessions-per-replica N")
+    if args.sip is not None:
+        return usage("--sip serves from one process: run `rejoinder serve --sip` beside Ray")
     if args.port == 0 or not 0 <= args.min_replicas <= args.max_replicas:
         return usage("--ray needs a fixed --port and 0 <= --min-replicas <= --max-replicas")
     if not os.path.isfile(args.file):

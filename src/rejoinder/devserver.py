@@ -83,6 +83,8 @@ class ServerOptions:
     twilio_auth_token: str | None = field(default=None, repr=False)
     resume_grace: float = DEFAULT_GRACE
     """Seconds a session whose client dropped waits for it to resume (0: off)."""
+    sip: Any = None
+    """``SipOptions``: answer calls from a SIP trunk too (None: no SIP)."""
 
 
 class ReloadingEntrypoint:
@@ -202,6 +204,18 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         _error(command, f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
         return EXIT_FAILED
     port = _bound_port(runner, options.port)
+    sip = None
+    if options.sip is not None:
+        from .io.sip import SipEndpoint
+
+        sip = SipEndpoint(entry, gate=gate, options=options.sip)
+        try:
+            sip_address = await sip.start()
+        except OSError as exc:
+            await runner.cleanup()
+            where = f"{options.sip.host}:{options.sip.port}"
+            _error(command, f"cannot listen for SIP on udp {where}: {exc.strerror or exc}")
+            return EXIT_FAILED
 
     stop = asyncio.Event()
     force = asyncio.Event()
@@ -220,6 +234,10 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
             handled.append(signum)
 
     _banner(stream, options, port, webrtc)
+    if sip is not None:
+        allowed = ", ".join(options.sip.allow_from)
+        auth = "digest auth" if options.sip.username else "no digest auth"
+        _say(stream, f"  SIP:       udp {sip_address[0]}:{sip_address[1]} ({auth}; from {allowed})")
     watcher = asyncio.create_task(entry.watch()) if options.reload else None
     try:
         await stop.wait()
@@ -232,6 +250,8 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
             await asyncio.wait((watcher,))
         for signum in handled:
             loop.remove_signal_handler(signum)
+        if sip is not None:
+            await sip.aclose()  # BYE to calls still up (the drain ended their sessions)
         await runner.cleanup()
         from .models.claims import close_shared
 
