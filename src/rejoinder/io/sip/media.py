@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import logging
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -45,8 +43,8 @@ from ..mic_clock import MIC_BATCH_INTERVAL
 from ..protocol import ServerMessage
 from ..telephony.dialects import CallInfo
 from .jitter import JitterBuffer
-from .ports import bind_rtp_socket
-from .rfc4733 import GAP_SECONDS, TONE_SECONDS, DtmfReceiver, Pause, key_packets, plan
+from .ports import bind_rtp_socket, check_port, is_ip, resolve
+from .rfc4733 import DtmfReceiver, plan, press
 from .rtp import BadPacket, RtpSender, parse_rtp
 from .rtp_playback import PLAYOUT_DELAY, RtpPlayback
 
@@ -144,8 +142,8 @@ class RtpCall:
         ``ValueError`` for a codec other than PCMU/PCMA or a bad payload type or port,
         ``ports.NoFreePort`` when the port range is full."""
         opts = options or SipMediaOptions()
-        _law(codec), _payload_type(payload_type), _port(remote_port)  # validate first
-        remote_host = await _resolve(remote_host, remote_port)
+        _law(codec), _payload_type(payload_type), check_port(remote_port)  # validate first
+        remote_host = await resolve(remote_host, remote_port)
         transport, protocol, port = await bind_rtp_socket(bind_host, opts.rtp_ports, _Protocol)
         assert isinstance(protocol, _Protocol)
         call = cls(
@@ -193,6 +191,7 @@ class RtpCall:
         self._loop = loop
         self._transport, self._protocol = transport, protocol
         self._law = _law(codec)
+        self._call_id = call_id
         self._payload_type = _payload_type(payload_type)
         self._dtmf_payload_type = dtmf_payload_type
         self._target = target
@@ -278,11 +277,11 @@ class RtpCall:
             call = self.connection.call
             if call is not None:
                 self.connection.call = dataclasses.replace(call, codec=law)
-        _port(port)
+        check_port(port)
         self._latched = None
         self._rx_ssrc = None
         self._target = (host, port)
-        if not _is_ip(host) and not self._closed:
+        if not is_ip(host) and not self._closed:
             self._resolving = self._loop.create_task(
                 self._resolve_target(host, port), name="rejoinder-rtp-resolve"
             )
@@ -307,28 +306,27 @@ class RtpCall:
         hold or over."""
         steps = plan(digits)
         async with self._dtmf_lock:
-            for step in steps:
-                pt = self._dtmf_payload_type
-                if self._closed:
-                    raise RuntimeError("the call is over: keys cannot be sent")
-                if pt is None:
-                    raise RuntimeError("the far end offered no telephone-event: cannot send keys")
-                if self._held:
-                    raise RuntimeError("the call is on hold: keys would not be heard")
-                if isinstance(step, Pause):
-                    await asyncio.sleep(step.seconds)
-                    continue
-                start = self._loop.time()
-                timestamp = self.sender.timestamp_at(start)
-                for offset, payload, marker in key_packets(step.event, RATE):
-                    await _sleep_until(self._loop, start + offset)
-                    if self._closed:
-                        raise RuntimeError("the call is over: keys cannot be sent")
-                    data = self.sender.packet(
-                        payload, timestamp=timestamp, marker=marker, payload_type=pt
-                    )
-                    self._transport.sendto(data, self.sending_to)
-                await _sleep_until(self._loop, start + TONE_SECONDS + GAP_SECONDS)
+            await press(
+                steps,
+                timestamp_at=self.sender.timestamp_at,
+                send=self._send_event,
+                check=self._check_keys_can_go,
+                clock_rate=RATE,
+            )
+
+    def _check_keys_can_go(self) -> None:
+        if self._closed:
+            raise RuntimeError("the call is over: keys cannot be sent")
+        if self._dtmf_payload_type is None:
+            raise RuntimeError("the far end offered no telephone-event: cannot send keys")
+        if self._held:
+            raise RuntimeError("the call is on hold: keys would not be heard")
+
+    def _send_event(self, payload: bytes, timestamp: int, marker: bool) -> None:
+        pt = self._dtmf_payload_type
+        assert pt is not None
+        data = self.sender.packet(payload, timestamp=timestamp, marker=marker, payload_type=pt)
+        self._transport.sendto(data, self.sending_to)
 
     def client_left(self, reason: str) -> None:
         """The caller hung up (or the call is gone): the session ends with ``reason``
@@ -433,7 +431,7 @@ class RtpCall:
     # ------------------------------------------------------------- internal
 
     async def _resolve_target(self, host: str, port: int) -> None:
-        address = await _resolve(host, port)
+        address = await resolve(host, port)
         if self._target == (host, port):  # not moved again meanwhile
             self._target = (address, port)
 
@@ -450,7 +448,7 @@ class RtpCall:
         self.junk += 1
         if kind not in self._reported and len(self._reported) < 32:
             self._reported.add(kind)  # once per kind: a flood must not flood the log
-            logger.warning("SIP call: ignoring %s", kind)
+            logger.warning("SIP call %s: ignoring a datagram (%s)", self._call_id, kind)
 
 
 def _law(codec: str) -> Literal["mulaw", "alaw"]:
@@ -464,38 +462,6 @@ def _payload_type(pt: int) -> int:
     if not 0 <= pt <= 127:
         raise ValueError(f"payload type {pt} out of range")
     return pt
-
-
-def _port(port: int) -> int:
-    if not 0 < port < 65536:
-        raise ValueError(f"RTP port {port} out of range")
-    return port
-
-
-async def _resolve(host: str, port: int) -> str:
-    """An IP address for ``host`` (SDP allows a name; sending needs an address)."""
-    if _is_ip(host):
-        return host
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-    except OSError as exc:
-        logger.warning("cannot resolve the SDP address %r: %s", host, exc)
-        return host
-    return str(infos[0][4][0]) if infos else host
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
-    delay = when - loop.time()
-    if delay > 0:
-        await asyncio.sleep(delay)
 
 
 def _no_client_channel(_: ServerMessage) -> None:

@@ -5,17 +5,24 @@ firewalls are configured with a range (Asterisk's default is 10000-20000). Each 
 tries even ports from a random place in the range, so two processes sharing it rarely
 try the same ones, and the OS says which are taken (``EADDRINUSE``): no registry to keep
 in step with the sockets. The range ``(0, 0)`` lets the OS pick any port (tests).
+
+Also the address checks the media needs: an SDP address may be a name (resolved once,
+off the loop's thread), a port must be in range.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
+import logging
 import random
 import socket
 from collections.abc import Callable
 
-__all__ = ["NoFreePort", "bind_rtp_socket"]
+__all__ = ["NoFreePort", "bind_rtp_socket", "check_port", "is_ip", "resolve"]
+
+logger = logging.getLogger("rejoinder.io.sip")
 
 MAX_TRIES = 64
 """Ports tried before giving up (the range is full, or something else is wrong)."""
@@ -71,3 +78,29 @@ def _even_ports(low: int, high: int) -> list[int]:
         return []
     start = random.randrange(count)
     return [first + 2 * ((start + i) % count) for i in range(min(count, MAX_TRIES))]
+
+
+def check_port(port: int) -> int:
+    if not 0 < port < 65536:
+        raise ValueError(f"RTP port {port} out of range")
+    return port
+
+
+async def resolve(host: str, port: int) -> str:
+    """An IP address for ``host`` (SDP allows a name; sending needs an address)."""
+    if is_ip(host):
+        return host
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        logger.warning("cannot resolve the SDP address %r: %s", host, exc)
+        return host
+    return str(infos[0][4][0]) if infos else host
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

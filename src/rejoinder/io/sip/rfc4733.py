@@ -26,8 +26,10 @@ https://www.iana.org/assignments/audio-telephone-event-registry (codes 0-15).
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "key_packets",
     "parse_event",
     "plan",
+    "press",
 ]
 
 KEYS = "0123456789*#ABCD"
@@ -166,3 +169,35 @@ def key_packets(event: int, clock_rate: int = 8000) -> list[tuple[float, bytes, 
         at = (total + repeat * step) / clock_rate
         packets.append((at, build_event(event, end=True, duration=total), False))
     return packets
+
+
+async def press(
+    steps: list[KeyTone | Pause],
+    *,
+    timestamp_at: Callable[[float], int],
+    send: Callable[[bytes, int, bool], None],
+    check: Callable[[], None],
+    clock_rate: int = 8000,
+) -> None:
+    """Send ``steps`` in real time: ``send(payload, timestamp, marker)`` puts one event
+    packet on the wire; ``check()`` raises when sending must stop (it is called before
+    each packet and pause)."""
+    loop = asyncio.get_running_loop()
+    for step in steps:
+        check()
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            continue
+        start = loop.time()
+        timestamp = timestamp_at(start)
+        for offset, payload, marker in key_packets(step.event, clock_rate):
+            await _sleep_until(loop, start + offset)
+            check()
+            send(payload, timestamp, marker)
+        await _sleep_until(loop, start + TONE_SECONDS + GAP_SECONDS)
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
