@@ -17,6 +17,7 @@ Each call's ``Connection`` gets a ``SipLine`` as ``conn.line``: ``transfer(targe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
@@ -309,6 +310,11 @@ class SipEndpoint:
         except Exception:
             logger.exception("the entry point failed for SIP call %s", dialog.call_id)
         finally:
+            if dialog.state != "ended" and self.options.hangup_delay > 0:
+                # The agent hung up: its last words are still in the caller's jitter
+                # buffer; a BYE now would cut them off.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(self.options.hangup_delay)
             self._hang_up(call, "session ended")
             self._calls.pop(id(dialog), None)
             try:

@@ -51,6 +51,9 @@ class SipOptions:
     """Seconds to open a call's RTP before the INVITE is answered 500."""
     transfer_timeout: float = 30.0
     """Seconds a transfer may take, REFER to the final NOTIFY."""
+    hangup_delay: float = 0.3
+    """Seconds between the agent hanging up and our BYE, so the caller's phone plays
+    what its jitter buffer still holds of the last words."""
     retry_after: int = 30
     """The ``Retry-After`` of the 503 sent while draining."""
     media: SipMediaOptions | None = None
@@ -66,6 +69,8 @@ class SipOptions:
         if not self.allow_from:
             raise ValueError("allow_from is empty: no caller could reach the endpoint")
         self.networks()  # a bad network fails here
+        if self.hangup_delay < 0:
+            raise ValueError("hangup_delay must not be negative")
         if self.media_timeout <= 0 or self.transfer_timeout <= 0:
             raise ValueError("media_timeout and transfer_timeout must be positive")
         if self.public_host is not None and not self.public_host.strip():
