@@ -1,0 +1,106 @@
+"""A SIP call's media end to end over real UDP on 127.0.0.1, in real time: a small RTP
+peer plays the caller (a phrase as 20 ms μ-law packets, then nothing, as a trunk with
+silence suppression does; keys as RFC 4733 events) against an entry point serving a real
+``AgentSession`` on the test kit's scripted models through ``RtpCall.connection``.
+
+Checked: the caller's phrase reaches the session (the scripted STT's transcript ends the
+turn although the trunk went quiet), the answer comes back as RTP a phone would play
+(20 ms packets at the real-time pace, one SSRC, sequence and timestamp stepping by one
+packet, the marker on the talkspurt's first), ``speaking`` follows the send clock plus
+the playout delay, keys become ``dtmf`` session events, and a hang-up ends the session."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rejoinder as rj
+from rejoinder.io import Connection
+from rejoinder.io.sip.media import SipMediaOptions
+from rejoinder.testing import ScriptedTTS, speech_frame
+
+from .._client import scripted_session
+from .test_media import Peer, open_call, until
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
+
+REPLY = "It is noon."
+SECONDS_PER_CHAR = 0.05
+DELAY = 0.1
+
+
+async def test_a_caller_talks_with_an_agent_over_rtp() -> None:
+    loop = asyncio.get_running_loop()
+    peer = await Peer.open()
+    options = SipMediaOptions(rtp_ports=(0, 0), playout_delay=DELAY)
+    call = await open_call(peer, options=options)
+    make = scripted_session(
+        [[REPLY]], ["What time is it in Paris?"], lambda: ScriptedTTS(seconds_per_char=0.05)
+    )
+    sessions: list[rj.AgentSession[Any]] = []
+    states: list[tuple[float, str]] = []
+    keys: list[str] = []
+    closes: list[str] = []
+
+    async def entrypoint(conn: Connection) -> None:
+        session = make()
+        sessions.append(session)
+        session.on("agent_state_changed", lambda e: states.append((loop.time(), e.new_state)))
+        session.on("dtmf", lambda e: keys.append(e.digit))
+        session.on("close", lambda e: closes.append(e.reason))
+        await conn.serve(session, rj.Agent(instructions="test"))
+
+    served = asyncio.ensure_future(entrypoint(call.connection))
+    try:
+        await peer.say(speech_frame(0.5, 8000).data)  # then silence suppression: nothing
+        expected = round(len(REPLY) * SECONDS_PER_CHAR / 0.02 + 0.49)
+        await until(lambda: len(peer.received) >= expected, 10)
+        await until(lambda: states[-1][1] == "listening", 3)
+        await asyncio.sleep(0.1)
+        assert len(peer.received) == expected, "the answer, and nothing after it"
+
+        # The phrase reached the session: its transcript is the user's turn.
+        session = sessions[0]
+        said = [(i.role, i.content) for i in session.history.items if isinstance(i, rj.ChatMessage)]
+        assert said == [("user", "What time is it in Paris?"), ("assistant", REPLY)]
+
+        # The answer as RTP: paced 20 ms packets, one SSRC, numbered in steps.
+        times = [t for t, _ in peer.received]
+        packets = [p for _, p in peer.received]
+        assert {p.ssrc for p in packets} == {call.sender.ssrc}
+        assert {p.payload_type for p in packets} == {0}
+        assert all(len(p.payload) == 160 for p in packets)
+        assert [p.marker for p in packets] == [True] + [False] * (expected - 1)
+        for a, b in itertools.pairwise(packets):
+            assert (b.sequence - a.sequence) % 65536 == 1
+            assert (b.timestamp - a.timestamp) % 2**32 == 160
+        gaps = np.diff(times)
+        assert float(np.mean(gaps)) == pytest.approx(0.02, abs=0.002)
+        assert times[-1] - times[0] == pytest.approx(0.02 * (expected - 1), abs=0.05)
+        assert float(gaps.max()) < 0.06  # never a burst ahead, never a long stall
+        # speaking: from the first packet plus the playout delay to the last plus it.
+        speaking = [t for t, s in states if s == "speaking"]
+        assert len(speaking) == 1
+        assert speaking[0] == pytest.approx(times[0] + DELAY, abs=0.04)
+        listening = next(t for t, s in states if s == "listening" and t > speaking[0])
+        assert listening == pytest.approx(times[-1] + DELAY, abs=0.04)
+
+        # Keys pressed on the phone: one dtmf event each.
+        await peer.press(4, ts=10_000)
+        await peer.press(10, ts=12_000)
+        await until(lambda: len(keys) == 2, 2)
+        assert keys == ["4", "*"]
+
+        # The caller hangs up.
+        call.client_left("call ended")
+        await asyncio.wait_for(served, 5)
+        assert closes == ["call ended"]
+    finally:
+        await call.aclose()
+        peer.close()
+        if not served.done():
+            served.cancel()
