@@ -104,3 +104,59 @@ async def test_a_caller_talks_with_an_agent_over_rtp() -> None:
         peer.close()
         if not served.done():
             served.cancel()
+
+
+LONG = "This is a long answer that keeps going for quite a while. " * 2
+
+
+async def test_a_barge_in_stops_the_rtp_at_once_and_keeps_what_was_sent() -> None:
+    peer = await Peer.open()
+    options = SipMediaOptions(rtp_ports=(0, 0), playout_delay=DELAY)
+    call = await open_call(peer, options=options)
+    make = scripted_session(
+        [[LONG], ["Yes?"]], ["Tell me.", "Wait."], lambda: ScriptedTTS(seconds_per_char=0.05)
+    )
+    session = make()
+    loop = asyncio.get_running_loop()
+    states: list[tuple[float, str]] = []
+    session.on("agent_state_changed", lambda e: states.append((loop.time(), e.new_state)))
+    served = asyncio.ensure_future(call.connection.serve(session, rj.Agent(instructions="t")))
+    try:
+        await peer.say(speech_frame(0.4, 8000).data)
+        await until(lambda: len(peer.received) >= 25, 10)  # half a second of the answer
+        await peer.say(speech_frame(0.6, 8000).data)
+
+        def answers() -> list[rj.ChatMessage]:
+            return [
+                i
+                for i in session.history.items
+                if isinstance(i, rj.ChatMessage) and i.role == "assistant"
+            ]
+
+        await until(lambda: len(answers()) == 2, 10)
+        await asyncio.sleep(0.2 + len("Yes?") * SECONDS_PER_CHAR)
+        packets = [p for _, p in peer.received]
+        second = [i for i, p in enumerate(packets) if p.marker]
+        assert second[0] == 0 and len(second) == 2, "two talkspurts: the cut answer, then Yes?"
+        long_sent, yes_sent = second[1], len(packets) - second[1]
+        assert yes_sent == round(len("Yes?") * SECONDS_PER_CHAR / 0.02)
+        # The answer stopped mid-way: nothing of it was sent after the barge-in.
+        assert long_sent < len(LONG) * SECONDS_PER_CHAR / 0.02 / 2
+        cut_at = [t for t, s in states if s == "speaking"]
+        assert len(cut_at) == 2
+        stopped = next(t for t, s in states if s != "speaking" and cut_at[0] < t < cut_at[1])
+        assert peer.received[long_sent - 1][0] <= stopped + 0.01
+        cut, yes = answers()
+        assert cut.interrupted and cut.content and LONG.startswith(cut.content)
+        assert yes.content == "Yes?" and not yes.interrupted
+        # The history never claims more than was sent (less the playout delay).
+        sent_chars = (long_sent * 0.02 - DELAY) / SECONDS_PER_CHAR
+        assert len(cut.content) <= sent_chars + 1
+        # The next talkspurt's timestamps go on from the clock, past the cut one's.
+        gap = (packets[long_sent].timestamp - packets[long_sent - 1].timestamp) % 2**32
+        assert 160 <= gap < 2**31
+    finally:
+        call.client_left("call ended")
+        await call.aclose()
+        peer.close()
+        await asyncio.wait_for(served, 5)
