@@ -176,3 +176,33 @@ async def test_sipp_calls_with_the_real_rtp_reach_a_session_and_end_on_bye() -> 
     assert result.stats["SuccessfulCall(C)"] == "3"
     assert agent.closes == ["call ended"] * 3
     assert all(c.call is not None and c.call.codec == "mulaw" for c in agent.conns)
+
+
+@pytest.mark.skipif(SIPP is None, reason="SIPp not installed (apt-get install sip-tester)")
+async def test_conn_transfer_goes_through_the_sip_line() -> None:
+    agent = Agent(["Hello?"])
+    outcomes: list[str] = []
+
+    async def entrypoint(conn: Connection) -> None:
+        async def transfer_once_serving() -> None:
+            while conn.session is None:  # noqa: ASYNC110 - serve sets it as it starts
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            await conn.transfer("+15551234567")  # a number: to the caller's trunk
+            outcomes.append("returned")
+
+        transfer = asyncio.ensure_future(transfer_once_serving())
+        try:
+            await agent(conn)
+        finally:
+            await asyncio.wait_for(transfer, 2)
+
+    endpoint = SipEndpoint(entrypoint, gate=SessionGate(), options=SipOptions(port=0))
+    _, port = await endpoint.start()
+    try:
+        result = await run_sipp("transfer_ok.xml", port)
+    finally:
+        await endpoint.aclose()
+    assert result.returncode == 0, result.errors
+    assert outcomes == ["returned"]
+    assert agent.closes == ["transferred"]

@@ -9,10 +9,14 @@ port and counts SIPp's packets; the RTP half is tested by its own helper's tests
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from rejoinder.io.admission import SessionGate
 from rejoinder.io.connection import Connection
+from rejoinder.io.telephony import TransferFailed
 
 from ._sip_support import SIPP, Entry, MediaFactory, run_sipp, running_endpoint
 
@@ -123,3 +127,33 @@ async def test_ten_calls_at_five_per_second_all_succeed() -> None:
     assert result.stats["FailedCall(C)"] == "0"
     assert entry.ended == ["call ended"] * 10
     assert all(m.closed for m in media.opened) and len(media.opened) == 10
+
+
+async def _transfer_when_answered(endpoint: Any, entry: Entry, target: str) -> None:
+    async with asyncio.timeout(5):
+        while not entry.conns:  # noqa: ASYNC110 - the call is answered by SIPp's run
+            await asyncio.sleep(0.02)
+    await endpoint.transfer(entry.conns[0], target)
+
+
+async def test_a_transfer_refers_the_caller_and_ends_the_session_when_the_target_answers() -> None:
+    entry = Entry()
+    async with running_endpoint(entry) as (endpoint, port):
+        result, _ = await asyncio.gather(
+            run_sipp("transfer_ok.xml", port),
+            _transfer_when_answered(endpoint, entry, "+15551234567"),
+        )
+    assert result.returncode == 0, result.errors  # REFER as expected, then our BYE
+    assert entry.ended == ["transferred"]
+
+
+async def test_a_failed_transfer_raises_and_keeps_the_call() -> None:
+    entry = Entry()
+    async with running_endpoint(entry) as (endpoint, port):
+        sipp = asyncio.ensure_future(run_sipp("transfer_failed.xml", port))
+        with pytest.raises(TransferFailed, match="486"):
+            await _transfer_when_answered(endpoint, entry, "sip:+15551234567@127.0.0.1")
+        assert entry.ended == []  # still with the agent
+        result = await sipp
+    assert result.returncode == 0, result.errors
+    assert entry.ended == ["call ended"]  # the caller hung up later
