@@ -354,3 +354,119 @@ async def test_the_peer_puts_its_line_on_the_connection_with_its_control() -> No
     assert conn.line is peer.line
     await conn.line.transfer("+15551234567")
     assert control.transfers == [("CA1", "+15551234567")]
+
+
+# ----------------------------------------------------------- interleavings
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("say"), st.integers(1, 5)),  # 20 ms pieces of voice, 1-5 of them
+        st.tuples(st.just("flush"), st.just(0)),  # the reply's end
+        st.tuples(st.just("press"), st.integers(1, 4)),  # keys: 20-80 ms of tones
+        st.tuples(st.just("echo"), st.just(0)),  # the provider plays what it holds
+        st.tuples(st.just("clear"), st.just(0)),  # a barge-in
+        st.tuples(st.just("wait"), st.integers(1, 4)),  # loop turns pass
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_signals_never_enter_the_voice_and_never_count_as_it(ops: list[tuple[str, int]]) -> None:
+    """Replies captured piece by piece (one producer, as a session's speech), keys asked
+    for meanwhile from other tasks, echoes and barge-ins, in any order: a signal's tones
+    go out whole and in the order asked, never inside a reply still being captured;
+    the played count is voice only; every signal ends, heard or cut."""
+
+    async def scenario() -> None:
+        sent: list[tuple[str, int]] = []  # ("voice", 0) / ("signal", id) / ("mark", name)
+        marks: list[str] = []
+        echoed = 0
+        state = {"open": False, "voice_in_open": False, "captured": 0}
+
+        async def media(frame: AudioFrame) -> None:
+            await asyncio.sleep(0)  # a suspension point in every send
+            value = int(frame.data[0])
+            if value <= -100:
+                # A tone inside a reply being captured, after some of its voice: wrong.
+                assert not state["voice_in_open"], "a signal inside an open reply"
+                sent.append(("signal", -value))
+            else:
+                if state["open"]:
+                    state["voice_in_open"] = True
+                sent.append(("voice", 0))
+
+        def tail(frame: AudioFrame) -> None:
+            sent.append(("voice", 0))
+
+        def mark(name: str) -> None:
+            marks.append(name)
+            sent.append(("mark", -1))
+
+        out = MarkedPlayback(
+            RATE, send_media=media, send_mark=mark, send_clear=lambda: None, send_tail=tail
+        )
+        out.set_listener(lambda: None, lambda _: None)
+        voice_queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+
+        async def producer() -> None:
+            while True:
+                what, n = await voice_queue.get()
+                if what == "say":
+                    state["open"] = True
+                    state["captured"] += n * CHUNK
+                    await out.capture_frame(AudioFrame(np.full(n * CHUNK, 5, np.int16), RATE))
+                elif what == "flush" and state["open"]:
+                    out.flush()
+                    state["open"] = state["voice_in_open"] = False
+                voice_queue.task_done()
+
+        producing = asyncio.create_task(producer())
+        presses: list[asyncio.Task[bool]] = []
+        asked: list[int] = []
+        for what, n in ops:
+            if what in ("say", "flush"):
+                voice_queue.put_nowait((what, n))
+            elif what == "press":
+                tone = np.full(n * CHUNK, -100 - len(presses), np.int16)
+                presses.append(asyncio.create_task(out.play_signal(AudioFrame(tone, RATE))))
+                asked.append(n)
+            elif what == "echo":
+                for name in marks[echoed:]:
+                    out.on_mark(name)
+                echoed = len(marks)
+            elif what == "clear":
+                await voice_queue.join()
+                out.clear_buffer()
+                state["open"] = state["voice_in_open"] = False  # that reply is over
+            for _ in range(n if what == "wait" else 1):
+                await asyncio.sleep(0)
+        voice_queue.put_nowait(("flush", 0))
+        await voice_queue.join()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        for name in marks[echoed:]:
+            out.on_mark(name)
+        cleared = any(what == "clear" for what, _ in ops)
+        if not cleared:
+            # Every key ends once heard, and the played count is the voice, whole.
+            results = await asyncio.wait_for(asyncio.gather(*presses), 1)
+            assert all(results)
+            assert out.played_samples == state["captured"]
+        out.close()
+        results = await asyncio.wait_for(asyncio.gather(*presses), 1)  # none stuck
+        producing.cancel()
+        # Each signal went out whole, its tones together, in the order asked.
+        runs: list[int] = []
+        for kind, ident in sent:
+            if kind == "signal" and (not runs or runs[-1] != ident):
+                runs.append(ident)
+        assert runs == sorted(runs) and len(runs) == len(set(runs))
+        for index, heard in enumerate(results):
+            if heard:  # heard: every one of its pieces went out
+                length = sum(1 for kind, i in sent if kind == "signal" and i == 100 + index)
+                assert length == asked[index]
+        assert out.played_samples <= state["captured"]
+
+    asyncio.run(scenario())

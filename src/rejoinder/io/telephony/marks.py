@@ -109,6 +109,8 @@ class MarkedPlayback(ReportedPlayback):
         self.marks_echoed = 0
         self._wire = asyncio.Lock()
         """Held while a frame of agent audio or a signal is being sent: one at a time."""
+        self._signal_turn = asyncio.Lock()
+        """Held by the signal whose turn it is (the others wait behind it, in order)."""
         self._segment_closed = asyncio.Event()
         """Set when the segment being captured ends (flushed, cleared, closed)."""
         self._signals: dict[str, asyncio.Future[bool]] = {}
@@ -276,19 +278,20 @@ class MarkedPlayback(ReportedPlayback):
             return False
         self._signals_sending += 1
         try:
-            while self._capturing():
-                self._segment_closed.clear()
-                await self._segment_closed.wait()
-                if cuts != self._cuts:
-                    return False
-            async with self._wire:
-                if not await self._send_signal(frame.data, cuts):
-                    return False
-                self._signal_count += 1
-                name = f"rjs-{self._signal_count}"
-                heard: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-                self._signals[name] = heard
-                self._send_mark(name)
+            async with self._signal_turn:  # in the order asked for
+                while self._capturing():
+                    self._segment_closed.clear()
+                    await self._segment_closed.wait()
+                    if cuts != self._cuts:
+                        return False
+                async with self._wire:
+                    if cuts != self._cuts or not await self._send_signal(frame.data, cuts):
+                        return False
+                    self._signal_count += 1
+                    name = f"rjs-{self._signal_count}"
+                    heard: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                    self._signals[name] = heard
+                    self._send_mark(name)
         finally:
             self._signals_sending -= 1
         loop = asyncio.get_running_loop()
