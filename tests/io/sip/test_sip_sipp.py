@@ -157,3 +157,34 @@ async def test_a_failed_transfer_raises_and_keeps_the_call() -> None:
         result = await sipp
     assert result.returncode == 0, result.errors
     assert entry.ended == ["call ended"]  # the caller hung up later
+
+
+async def test_the_agent_hanging_up_sends_our_bye() -> None:
+    entry = Entry(hang_up_after=0.2)  # the entry point returns: the agent hung up
+    async with running_endpoint(entry) as (_, port):
+        result = await run_sipp("we_hang_up.xml", port)
+    assert result.returncode == 0, result.errors
+    assert entry.ended == [None]  # it left on its own, the caller did not
+
+
+async def test_silent_media_and_closing_the_endpoint_send_our_bye() -> None:
+    entry, media = Entry(), MediaFactory()
+    async with running_endpoint(entry, media=media) as (_, port):
+        sipp = asyncio.ensure_future(run_sipp("we_hang_up.xml", port))
+        async with asyncio.timeout(5):
+            while not entry.conns:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # the ACK is in
+        on_dead = media.opened[0].on_dead
+        assert on_dead is not None
+        on_dead("no RTP for 60 s")
+        dead = await sipp
+        closing = asyncio.ensure_future(run_sipp("we_hang_up.xml", port))
+        async with asyncio.timeout(5):
+            while len(entry.conns) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+    closed = await closing  # the endpoint closed with the call up: BYE
+    assert dead.returncode == 0, dead.errors
+    assert closed.returncode == 0, closed.errors
+    assert entry.ended == ["no RTP for 60 s", "server closing"]

@@ -16,6 +16,11 @@ Max-Forwards ran out; 405 to methods it knows but does not take, 501 to others; 
 request too broken to use but complete enough to answer. Retransmitted requests get the
 same response again; the 200 to an INVITE is repeated until its ACK (Timer G), and a call
 whose ACK never comes is ended with a BYE (Timer H). Flooding sources are rate limited.
+
+Responses go back to the address the request came from (RFC 3581's symmetric response,
+what a trunk behind NAT needs), not to the Via's sent-by. Only INVITEs are challenged:
+a request inside a dialog is bound to it by our random tag, and CANCEL cannot be
+challenged (RFC 3261 §22.1).
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ class SipCore:
         if not self.allowed(source[0]):
             self._log.warn(
                 f"refused {source[0]}",
-                "SIP from %s refused (not in allow_from): %s",
+                "SIP from %s refused with 403: not in SipOptions.allow_from (--sip-allow): %s",
                 source[0],
                 message.describe(),
             )

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from ..admission import SessionGate
+from ..admission import Admission, SessionGate
 from ..connection import Connection, Entrypoint
 from ..telephony.line import TransferFailed
 from .core import SipCore
@@ -277,12 +277,13 @@ class SipEndpoint:
                 logger.info("SIP call %s refused: %s", dialog.call_id, self.gate.refusal())
                 return
             task = asyncio.get_running_loop().create_task(
-                self._run_call(dialog, negotiated), name=f"rejoinder-sip-{dialog.call_id[:24]}"
+                self._run_call(dialog, negotiated, admission),
+                name=f"rejoinder-sip-{dialog.call_id[:24]}",
             )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_call(self, dialog: Dialog, negotiated: Negotiated) -> None:
+    async def _run_call(self, dialog: Dialog, negotiated: Negotiated, admission: Admission) -> None:
         core = self._core
         assert core is not None
         try:
@@ -290,10 +291,12 @@ class SipEndpoint:
                 self._open(dialog, negotiated), timeout=self.options.media_timeout
             )
         except Exception as exc:
+            admission.release()
             logger.error("SIP call %s: the media did not open: %r", dialog.call_id, exc)
             self._act(core.reject(dialog, 500, "Server Internal Error", self._now()))
             return
         if dialog.state != "offered":  # cancelled, or hung up, while the media opened
+            admission.release()
             await media.aclose()
             return
         call = _Call(dialog, media)
