@@ -88,6 +88,20 @@ async def test_a_pause_starts_a_new_talkspurt_on_the_media_clock() -> None:
 
 
 @pytest.mark.looptime
+async def test_a_little_late_audio_catches_up_in_the_same_talkspurt() -> None:
+    rig = Rig()
+    await rig.say(0.02)
+    await asyncio.sleep(0.05)  # the next chunk is 30 ms late: within CATCH_UP
+    await rig.say(0.04)
+    await asyncio.sleep(0.5)
+    assert [(t, ts, m) for t, ts, m, _ in rig.packets] == [
+        (0.0, 1000, True),
+        (pytest.approx(0.05), 1160, False),
+        (pytest.approx(0.05), 1320, False),  # sent at once: it is late too
+    ]
+
+
+@pytest.mark.looptime
 async def test_a_clear_stops_sending_at_once_and_keeps_what_was_heard() -> None:
     rig = Rig()
     speaking = asyncio.ensure_future(rig.say(2.0))

@@ -32,7 +32,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from ..mic_clock import MIC_BATCH_INTERVAL
 from ..protocol import ServerMessage
 from ..telephony.dialects import CallInfo
 from .jitter import JitterBuffer
-from .ports import bind_rtp_socket, check_port, is_ip, resolve
+from .ports import RtpSocket, bind_rtp_socket, check_port, is_ip, resolve
 from .rfc4733 import DtmfReceiver, plan, press
 from .rtp import BadPacket, RtpSender, parse_rtp
 from .rtp_playback import PLAYOUT_DELAY, RtpPlayback
@@ -100,24 +100,6 @@ class SipMediaOptions:
             raise ValueError("mic_batch_interval must not be negative")
 
 
-class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self) -> None:
-        self.call: RtpCall | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        if self.call is not None:
-            self.call._datagram(data, (str(addr[0]), int(addr[1])))
-
-    def error_received(self, exc: Exception) -> None:
-        # An ICMP port unreachable for a packet we sent: the far end is not there yet.
-        logger.debug("RTP socket error: %s", exc)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
 class RtpCall:
     """The media of one SIP call (see the module docstring)."""
 
@@ -142,57 +124,48 @@ class RtpCall:
         ``ValueError`` for a codec other than PCMU/PCMA or a bad payload type or port,
         ``ports.NoFreePort`` when the port range is full."""
         opts = options or SipMediaOptions()
-        _law(codec), _payload_type(payload_type), check_port(remote_port)  # validate first
-        remote_host = await resolve(remote_host, remote_port)
-        transport, protocol, port = await bind_rtp_socket(bind_host, opts.rtp_ports, _Protocol)
-        assert isinstance(protocol, _Protocol)
-        call = cls(
-            transport=transport,
-            protocol=protocol,
-            local_port=port,
-            target=(remote_host, remote_port),
-            codec=codec,
-            payload_type=payload_type,
-            dtmf_payload_type=dtmf_payload_type,
+        law, pt = _law(codec), _payload_type(payload_type)
+        remote_host = await resolve(remote_host, check_port(remote_port))
+        socket = await bind_rtp_socket(bind_host, opts.rtp_ports)
+        sender = RtpSender(pt, clock_rate=RATE, origin=asyncio.get_running_loop().time())
+        info = CallInfo(
+            provider="sip",
             call_id=call_id,
+            stream_id=f"{sender.ssrc:08x}",
+            codec=law,
+            sample_rate=RATE,
             from_number=from_number,
             to_number=to_number,
-            parameters=parameters,
-            remote=remote,
-            options=opts,
+            parameters=dict(parameters),
         )
-        protocol.call = call
+        call = cls(
+            socket, sender, info, (remote_host, remote_port), dtmf_payload_type, remote, opts
+        )
+        socket.on_datagram = call._datagram
         return call
 
     def __init__(
         self,
-        *,
-        transport: asyncio.DatagramTransport,
-        protocol: _Protocol,
-        local_port: int,
+        socket: RtpSocket,
+        sender: RtpSender,
+        info: CallInfo,
         target: tuple[str, int],
-        codec: str,
-        payload_type: int,
         dtmf_payload_type: int | None,
-        call_id: str,
-        from_number: str | None,
-        to_number: str | None,
-        parameters: Mapping[str, str],
         remote: str | None,
         options: SipMediaOptions,
     ) -> None:
         """Use ``await RtpCall.open(...)``, which binds the socket."""
         loop = asyncio.get_running_loop()
         self.options = opts = options
-        self.local_port = local_port
+        self.local_port = socket.port
         """The RTP port bound (for the SDP answer)."""
         self.on_dead: Callable[[str], None] | None = None
         """Called once when the far end stopped sending RTP (``rtp_timeout``)."""
         self._loop = loop
-        self._transport, self._protocol = transport, protocol
-        self._law = _law(codec)
-        self._call_id = call_id
-        self._payload_type = _payload_type(payload_type)
+        self._socket = socket
+        self._law = info.codec
+        self._call_id = info.call_id
+        self._payload_type = sender.payload_type
         self._dtmf_payload_type = dtmf_payload_type
         self._target = target
         self._latched: tuple[str, int] | None = None
@@ -213,7 +186,7 @@ class RtpCall:
         frames = max(1, round(opts.jitter_depth / PACKET))
         self.jitter = JitterBuffer(frames, max(frames, round(opts.jitter_capacity / PACKET)))
         self._dtmf = DtmfReceiver()
-        self.sender = RtpSender(self._payload_type, clock_rate=RATE, origin=loop.time())
+        self.sender = sender
         self.playback = RtpPlayback(
             RATE,
             send_packet=self._send_audio,
@@ -228,17 +201,8 @@ class RtpCall:
             audio_output=self.playback,
             send=_no_client_channel,
             remote=remote,
-            id=f"sip-{call_id}"[:96],
-            call=CallInfo(
-                provider="sip",
-                call_id=call_id,
-                stream_id=f"{self.sender.ssrc:08x}",
-                codec=self._law,
-                sample_rate=RATE,
-                from_number=from_number,
-                to_number=to_number,
-                parameters=dict(parameters),
-            ),
+            id=f"sip-{info.call_id}"[:96],
+            call=info,
         )
         self._tick_due = loop.time() + PACKET
         self._tick_handle: asyncio.TimerHandle | None = loop.call_at(self._tick_due, self._tick)
@@ -326,7 +290,7 @@ class RtpCall:
         pt = self._dtmf_payload_type
         assert pt is not None
         data = self.sender.packet(payload, timestamp=timestamp, marker=marker, payload_type=pt)
-        self._transport.sendto(data, self.sending_to)
+        self._socket.sendto(data, self.sending_to)
 
     def client_left(self, reason: str) -> None:
         """The caller hung up (or the call is gone): the session ends with ``reason``
@@ -339,7 +303,7 @@ class RtpCall:
         ends (``"call ended"``)."""
         self.client_left("call ended")
         try:
-            await asyncio.wait_for(asyncio.shield(self._protocol.closed), 1.0)
+            await asyncio.wait_for(asyncio.shield(self._socket.closed), 1.0)
         except TimeoutError:
             logger.warning("the RTP socket did not close within a second")
 
@@ -426,7 +390,7 @@ class RtpCall:
             return
         payload = _ENCODE[self._law](frame.data)
         data = self.sender.packet(payload, timestamp=timestamp, marker=marker)
-        self._transport.sendto(data, self.sending_to)
+        self._socket.sendto(data, self.sending_to)
 
     # ------------------------------------------------------------- internal
 
@@ -442,7 +406,7 @@ class RtpCall:
         for handle in (self._tick_handle, self._dead_timer):
             if handle is not None:
                 handle.cancel()
-        self._transport.close()
+        self._socket.close()
 
     def _note(self, kind: str) -> None:
         self.junk += 1

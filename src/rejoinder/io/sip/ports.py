@@ -19,8 +19,9 @@ import logging
 import random
 import socket
 from collections.abc import Callable
+from typing import Any, cast
 
-__all__ = ["NoFreePort", "bind_rtp_socket", "check_port", "is_ip", "resolve"]
+__all__ = ["NoFreePort", "RtpSocket", "bind_rtp_socket", "check_port", "is_ip", "resolve"]
 
 logger = logging.getLogger("rejoinder.io.sip")
 
@@ -32,14 +33,46 @@ class NoFreePort(OSError):
     """No even port of the range could be bound."""
 
 
-async def bind_rtp_socket(
-    host: str,
-    port_range: tuple[int, int],
-    protocol_factory: Callable[[], asyncio.DatagramProtocol],
-) -> tuple[asyncio.DatagramTransport, asyncio.DatagramProtocol, int]:
-    """Bind a UDP socket on ``host`` and an even port of ``port_range`` (inclusive) and
-    run ``protocol_factory()``'s protocol on it. Returns the transport, the protocol and
-    the port. Raises ``NoFreePort`` when no port was free after ``MAX_TRIES``."""
+class RtpSocket(asyncio.DatagramProtocol):
+    """A bound RTP socket: ``on_datagram(data, (host, port))`` for each datagram;
+    ``sendto``; ``close`` (``closed`` resolves once it is)."""
+
+    def __init__(self) -> None:
+        self.on_datagram: Callable[[bytes, tuple[str, int]], None] | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.port = 0
+        self._transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (CPython's selector transport does not subclass DatagramTransport.)
+        self._transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, ...]) -> None:
+        if self.on_datagram is not None:
+            self.on_datagram(data, (str(addr[0]), int(addr[1])))
+
+    def error_received(self, exc: Exception) -> None:
+        # An ICMP port unreachable for a packet we sent: the far end is not there yet.
+        logger.debug("RTP socket error: %s", exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def sendto(self, data: bytes, address: tuple[str, int]) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.sendto(data, address)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        elif not self.closed.done():
+            self.closed.set_result(None)
+
+
+async def bind_rtp_socket(host: str, port_range: tuple[int, int]) -> RtpSocket:
+    """Bind a UDP socket on ``host`` and an even port of ``port_range`` (inclusive).
+    Raises ``NoFreePort`` when no port was free after ``MAX_TRIES``."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
     if not infos:
@@ -60,12 +93,12 @@ async def bind_rtp_socket(
             continue
         sock.setblocking(False)
         try:
-            transport, protocol = await loop.create_datagram_endpoint(protocol_factory, sock=sock)
+            _, protocol = await loop.create_datagram_endpoint(RtpSocket, sock=sock)
         except BaseException:
             sock.close()
             raise
-        bound = sock.getsockname()[1]
-        return transport, protocol, int(bound)
+        protocol.port = int(sock.getsockname()[1])
+        return protocol
     raise NoFreePort(f"no free even RTP port in {low}-{high} after {MAX_TRIES} tries") from (
         last_error
     )

@@ -19,6 +19,9 @@ may have heard a little more, never less).
 
 * ``speaking`` starts ``playout_delay`` after the first packet of a reply was sent, and
   ends ``playout_delay`` after its last one.
+* A late packet (the loop was busy, the TTS slow) up to ``CATCH_UP`` behind its slot
+  goes at once, so the far end's jitter buffer absorbs it; later than that a new
+  talkspurt starts (see below), counted from when it is sent.
 * A clear stops sending at once: a packet not sent yet never is, and the next reply
   starts a new talkspurt. What was already sent (at most one packet plus what the
   network and the far end hold) still plays there and cannot be taken back; it counts
@@ -49,6 +52,11 @@ __all__ = ["PLAYOUT_DELAY", "RtpPlayback"]
 
 PLAYOUT_DELAY = 0.15
 """Seconds from sending a packet to the caller hearing it (see the module docstring)."""
+
+CATCH_UP = 0.04
+"""Audio that falls this far behind its pace (a busy loop, a slow TTS chunk) is sent at
+once to catch up, in the same talkspurt: the far end's jitter buffer (40-60 ms) absorbs
+it. Further behind, the far end has run dry: a new talkspurt starts on the clock."""
 
 SendPacket = Callable[[AudioFrame, int, bool], None]
 """Sends one packet's audio: the frame, its RTP timestamp, the marker bit. Never raises."""
@@ -120,9 +128,9 @@ class RtpPlayback(ReportedPlayback):
 
     def _reserve(self) -> tuple[float, int, bool]:
         """The next packet's slot, RTP timestamp and marker bit (a talkspurt starts when
-        the audio fell a packet behind its pace: there was a pause)."""
+        the audio fell more than ``CATCH_UP`` behind its pace: there was a pause)."""
         now = asyncio.get_running_loop().time()
-        marker = self._next_slot is None or self._next_slot < now - self._period
+        marker = self._next_slot is None or self._next_slot < now - CATCH_UP
         if marker:
             timestamp = self._timestamp_at(now)
             if self._timestamp_end is not None and timestamp < self._timestamp_end:
