@@ -16,7 +16,7 @@ The rules (times in seconds; ``DetectorOptions`` holds them):
 - **human**: an utterance shorter than that, then ``end_silence`` of quiet: the
   "hello?" and the wait for an answer.
 - **beep**: a steady tone in 350-2100 Hz, ``min_beep``-``max_beep`` long (0.1-2.0), at
-  least ``beep_tonality`` (0.8) of the in-band energy in one peak whose frequency holds,
+  least ``beep_tonality`` (0.85) of the in-band energy in one peak whose frequency holds,
   after at least ``beep_after_speech`` (0.5) of the callee's speech (the greeting):
   ``machine`` with ``beep=True``, reported when the tone ends (the moment to speak). A
   tone of 80 ms inside speech is too short; a tone longer than ``max_beep`` is a line
@@ -84,7 +84,7 @@ as regular expressions over the lowercased transcript."""
 _SCREENING = re.compile("|".join(f"(?:{p})" for p in SCREENING_PHRASES))
 _HOP = 0.02  # one window every 20 ms
 _FLOOR_WINDOWS = 75  # the noise floor: the quietest window of the last 1.5 s
-_TONE_DRIFT, _TONE_DRIFT_SHARE = 12.0, 0.01  # how far a beep's pitch may wander a window
+_TONE_DRIFT, _TONE_DRIFT_SHARE = 6.0, 0.005  # how far a beep's pitch may wander a window
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ class DetectorOptions:
     max_beep: float = 2.0
     beep_low: float = 350.0
     beep_high: float = 2100.0
-    beep_tonality: float = 0.8
+    beep_tonality: float = 0.85
     beep_after_speech: float = 0.5
     voice_margin: float = 10.0
     """dB over the noise floor that counts as the callee's voice."""
@@ -232,7 +232,9 @@ class AnsweredByDetector:
         self._recent_db.append(db)
         floor = min(self._recent_db)
         voiced = db > max(floor + o.voice_margin, o.voice_min_db)
-        tonal = voiced and share >= o.beep_tonality and o.beep_low <= freq <= o.beep_high
+        # Not "voiced": a tone held past the floor's 1.5 s becomes the floor itself.
+        loud = db > o.voice_min_db
+        tonal = loud and share >= o.beep_tonality and o.beep_low <= freq <= o.beep_high
         out = self._follow_tone(tonal, freq, end)
         if voiced:
             self.last_voice = end
