@@ -70,6 +70,9 @@ class IVRNavigator(rj.Agent):
         Args:
             keys: the keys, in order: 0-9, * and #; w waits half a second, W a second
         """
+        # After whatever this reply says before the keys ("one moment..."): the keys
+        # would otherwise go out as soon as the model asks, before its words are voiced.
+        await ctx.wait_for_playout()
         try:
             await ctx.session.send_dtmf(keys)
         except ValueError as exc:

@@ -11,6 +11,7 @@ kept; the agent spoke only once it had reached billing."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 from pathlib import Path
@@ -23,12 +24,16 @@ from aiohttp.test_utils import TestServer
 
 import rejoinder as rj
 from rejoinder.io import Connection, create_app
-from rejoinder.testing import FakePhoneCall
+from rejoinder.testing import FakePhoneCall, ScriptedLLM, ScriptedTTS, ScriptedVAD, ToolCall
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ivr_navigator.py"
 TICK = 0.02
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
 
 def load_sample() -> ModuleType:
@@ -119,3 +124,47 @@ def test_the_sample_agent_has_its_goal_and_one_tool() -> None:
     agent = ivr.IVRNavigator("reach support")
     assert "Your goal: reach support." in agent.instructions
     assert [t.name for t in agent.tools] == ["press"]
+
+
+async def test_keys_pressed_in_a_reply_that_speaks_follow_its_words() -> None:
+    states: list[tuple[float, str]] = []
+    sessions: list[rj.AgentSession[Any]] = []
+    llm = ScriptedLLM([["One moment.", ToolCall("press", {"keys": "2"})], []])
+
+    async def entrypoint(conn: Connection) -> None:
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            llm=llm,
+            vad=ScriptedVAD(min_silence=0.15),
+            stt=ivr.PromptSTT(),
+            tts=ScriptedTTS(seconds_per_char=0.02, latency=0.2),  # a voice slow to start
+            user_away_timeout=None,
+            min_endpointing_delay=0.05,
+        )
+        session.on("agent_state_changed", lambda e: states.append((loop_time(), e.new_state)))
+        sessions.append(session)
+        await conn.serve(session, ivr.IVRNavigator())
+
+    app = create_app(entrypoint, telephony=["twilio"], webrtc=False, page=False)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with FakePhoneCall.connect(str(server.make_url("/twilio"))) as call:
+            await call.say(ivr.voice(ivr.MAIN), 8000)
+            await call.until(lambda: call.keys_heard() == "2", 5)
+            await call.until(lambda: len(llm.calls) == 2 and states[-1][1] == "listening", 5)
+    finally:
+        await server.close()
+
+    heard = call.heard_audio()
+    voice = round(len("One moment.") * 0.02 * 8000)
+    assert np.abs(heard[:voice]).max() < 1000  # the words first...
+    assert call.keys_heard() == "2" and len(heard) > voice  # ...then the key
+    spoke = [t for t, s in states if s == "speaking"]
+    first_tone = next(h.at for h in call.heard if int(np.abs(h.pcm).max()) > 1000)
+    assert len(spoke) == 1 and spoke[0] < first_tone
+    said = [
+        i.content
+        for i in sessions[0].history.items
+        if isinstance(i, rj.ChatMessage) and i.role == "assistant"
+    ]
+    assert said == ["One moment."]
