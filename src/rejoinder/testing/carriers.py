@@ -300,10 +300,21 @@ class _FakeCarrier(LoopbackServer):
         finally:
             for wait in waits:
                 wait.cancel()
+        if call.transfers:  # the call goes on with the transfer's target, not with us
+            await self._hung_up_within(call, limit)
+            return
         # Telnyx keeps a call whose stream ended: its application hangs it up.
         telnyx_left = self.provider == "telnyx" and not call._hangup.is_set()
         if telnyx_left and stream is not None and stream.closed and not call.outcome.talk_seconds:
             await self._hung_up_within(call, 5.0)
+
+    def _leave_for_transfer(self, call: FakeCall) -> None:
+        """The call leaves the agent for the transfer's target: its stream ends; the call
+        goes on until the callee hangs up (``callee_hangs_up``) or ``talk_seconds``."""
+        if call.stream is not None:
+            task = asyncio.create_task(call.stream.hang_up())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _hang_up(self, call: FakeCall, by_api: bool = True) -> None:
         call.hung_up_by_api = by_api
@@ -452,7 +463,7 @@ class FakeTwilio(_FakeCarrier):
             root = ET.fromstring(twiml)
             targets = [el.text or "" for el in root.iter() if el.tag in ("Number", "Sip")]
             call.transfers.extend(targets)
-            self._hang_up(call, by_api=False)  # the stream ends: the call left the agent
+            self._leave_for_transfer(call)
         elif form.get("Status") in ("completed", "canceled"):
             self._hang_up(call)
         else:
@@ -617,7 +628,7 @@ class FakeTelnyx(_FakeCarrier):
             if not body.get("to"):
                 return web.json_response(self._error_body(422, "to is required"), status=422)
             call.transfers.append(body["to"])
-            self._hang_up(call, by_api=False)
+            self._leave_for_transfer(call)
         elif action == "hangup":
             self._hang_up(call)
         else:
@@ -791,7 +802,7 @@ class FakePlivo(_FakeCarrier):
         call.transfers.extend(
             el.text or "" for el in ET.fromstring(xml).iter() if el.tag in ("Number", "User")
         )
-        self._hang_up(call, by_api=False)
+        self._leave_for_transfer(call)
         return web.json_response(
             {"api_id": str(uuid.uuid4()), "message": "call transferred"}, status=202
         )

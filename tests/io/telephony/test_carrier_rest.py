@@ -116,6 +116,7 @@ async def test_a_cold_transfer_goes_through_the_provider(provider: str, target: 
         await r.carrier.until(lambda: call.connection is not None, 5)
         await r.control.transfer(call.call_id, target)
         assert fake.transfers == [target]
+        r.carrier.callee_hangs_up(fake)  # the talk with the transfer's target ends
         assert await asyncio.wait_for(call.ended(), 5) == "completed"
         if provider == "plivo":  # Plivo fetched our /plivo/transfer for the XML
             tag = "User" if target.startswith("sip:") else "Number"
@@ -126,3 +127,23 @@ def test_transfer_twiml_dials_numbers_and_sip_uris() -> None:
     assert "<Dial><Number>+15550001111</Number></Dial>" in transfer_twiml("+15550001111")
     assert "<Dial><Sip>sip:a@b.example</Sip></Dial>" in transfer_twiml("sip:a@b.example")
     assert "&lt;" in transfer_twiml("sip:<x>@b")  # escaped, never markup
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_agent_transfers_an_outbound_call_and_it_is_not_hung_up(provider: str) -> None:
+    async with rig(provider, Outcome("human")) as r:
+        call, fake = await answered_call(r)
+        await r.carrier.until(lambda: bool(r.sessions), 5)
+        conn = r.conns[0]
+        assert conn.line is not None
+        await conn.transfer("+15550001111")
+        assert fake.transfers == ["+15550001111"]
+        # the session ends ("transferred") and its stream closes; nothing hangs up the
+        # call, which goes on with the transfer's target
+        await r.carrier.until(lambda: fake.stream.closed, 5)
+        with pytest.raises(TimeoutError):
+            await r.carrier.until(lambda: len(r.carrier.requests) > 2, 0.3)
+        assert not call.done and not fake.hung_up_by_api
+        r.carrier.callee_hangs_up(fake)
+        assert await asyncio.wait_for(call.ended(), 5) == "completed"
+        assert len(r.carrier.requests) == 2  # the call and the transfer

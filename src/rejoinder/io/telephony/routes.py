@@ -27,7 +27,7 @@ ASGI host (``rejoinder.io.asgi``) mounts the same service.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 
@@ -35,6 +35,7 @@ from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import run_socket
 from ..socket_loop import AiohttpFrames, respond
+from .carriers.base import CallControl
 from .dialects import DIALECTS, Dialect
 from .service import Answer, TelephonyService, WebhookRequest, WebhookSecrets
 from .stream import TelephonyOptions
@@ -58,9 +59,18 @@ def add_telephony_routes(
     providers: Sequence[str] = ("twilio",),
     options: TelephonyOptions | None = None,
     secrets: WebhookSecrets | None = None,
+    controls: Mapping[str, CallControl] | None = None,
 ) -> TelephonyService:
+    """Mount the routes (see the module docstring); ``secrets`` authenticate the webhooks
+    (default: from ``options``), ``controls`` are each provider's call control for the
+    transfers of calls streamed in. Returns the service (also in ``app[TELEPHONY]``)."""
     service = TelephonyService(
-        entrypoint, gate=gate, providers=providers, options=options, secrets=secrets
+        entrypoint,
+        gate=gate,
+        providers=providers,
+        options=options,
+        secrets=secrets,
+        controls=controls,
     )
     app[TELEPHONY] = service
     for path, method, answer in service.webhooks():

@@ -38,6 +38,7 @@ from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import HttpAnswer, SocketBinding, refused_answer
 from ..protocol import CloseCode
+from .carriers.base import CallControl, CarrierError
 from .dialects import DIALECTS, CallInfo, Dialect
 from .outbound import CALL_QUERY, OUTBOUND_PARAMETER, STATUS_PATHS, OutboundCall, OutboundCalls
 from .signatures import ReplayGuard, verify_webhook
@@ -125,10 +126,14 @@ class TelephonyService:
         providers: Sequence[str] = ("twilio",),
         options: TelephonyOptions | None = None,
         secrets: WebhookSecrets | None = None,
+        controls: Mapping[str, CallControl] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.options = opts = options or TelephonyOptions()
         self.secrets = secrets or WebhookSecrets.from_options(opts)
+        self.controls: dict[str, CallControl] = dict(controls or {})
+        """Each provider's call control (REST), for the lines of the calls it streams in;
+        an outbound call's line uses the control that placed it."""
         self.clock = clock
         """Unix time, for Telnyx's signed timestamps and the replay window."""
         self.replays = ReplayGuard(window=3600.0)
@@ -319,6 +324,7 @@ class TelephonyService:
         request's admission held: the entry point runs in ``gate.run``)."""
         opts = self.options
         matched: list[OutboundCall] = []
+        control = _LineControl(dialect.name, self.controls.get(dialect.name))
 
         def admit(call: CallInfo) -> str | None:
             key = query.get(OUTBOUND_PARAMETER) or call.parameters.get(OUTBOUND_PARAMETER)
@@ -330,10 +336,13 @@ class TelephonyService:
                 refusal = outbound.claim(token, call.call_id)
                 if refusal is None:
                     matched.append(outbound)
+                    control.chosen = outbound.control
                 return refusal
             return self._admit_twilio(call) if dialect.name == "twilio" else None
 
-        peer = MediaStreamPeer(dialect, opts, remote=remote, query=query, admit=admit)
+        peer = MediaStreamPeer(
+            dialect, opts, remote=remote, query=query, admit=admit, control=control
+        )
         loop = asyncio.get_running_loop()
         entrypoint, run = self.entrypoint, self.gate.run
 
@@ -344,8 +353,8 @@ class TelephonyService:
             try:
                 await _run_call(run, entrypoint, conn, peer)
             finally:
-                if outbound is not None:
-                    outbound.agent_done()
+                if outbound is not None and not control.transferred:
+                    outbound.agent_done()  # (a transferred call goes on without us)
 
         def no_start() -> None:
             if peer.connection is None:
@@ -373,6 +382,32 @@ class TelephonyService:
         if self.announced.claim(call.call_id, token, _loop_time()):
             return None
         return "stream not announced by an accepted webhook"
+
+
+class _LineControl:
+    """The call control a media stream's line transfers through: an outbound call's own
+    (chosen when its stream starts), else the service's for the provider. It remembers a
+    transfer, after which the call goes on without the agent and is not hung up."""
+
+    def __init__(self, provider: str, chosen: CallControl | None) -> None:
+        self.provider = provider
+        self.chosen = chosen
+        self.transferred = False
+
+    def _control(self) -> CallControl:
+        if self.chosen is None:
+            raise CarrierError(
+                f"{self.provider}: no call control: give the service the provider's REST "
+                "credentials (TelephonyService(controls=...)) to transfer calls"
+            )
+        return self.chosen
+
+    async def transfer(self, call_id: str, target: str) -> None:
+        await self._control().transfer(call_id, target)
+        self.transferred = True
+
+    async def hangup(self, call_id: str) -> None:
+        await self._control().hangup(call_id)
 
 
 async def _run_call(

@@ -10,8 +10,8 @@ from .base import (
     CallControl,
     CallStatus,
     CarrierError,
-    DialRequest,
     Dialing,
+    DialRequest,
     PlacedCall,
     StatusUpdate,
 )
