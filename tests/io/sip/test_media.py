@@ -18,7 +18,7 @@ import pytest
 from rejoinder.io.sip.media import RtpCall, SipMediaOptions
 from rejoinder.io.sip.ports import NoFreePort
 from rejoinder.io.sip.rfc4733 import build_event, parse_event
-from rejoinder.io.sip.rtp import RtpPacket, RtpSender, parse_rtp
+from rejoinder.io.sip.rtp import RtpPacket, RtpSender, build_rtp, parse_rtp
 from rejoinder.models import g711
 from rejoinder.models.audio import AudioFrame
 
@@ -338,3 +338,26 @@ async def test_hanging_up_ends_the_session_and_closes_the_socket(peers: Any) -> 
     peer.send(b"\xff" * 160)
     await asyncio.sleep(0.05)
     assert call.junk == 0 and len(call.jitter) == 0
+
+
+async def test_random_datagrams_never_break_the_receive_path(peers: Any) -> None:
+    """Well-formed headers with junk payloads, truncated packets and noise, on both
+    negotiated payload types: nothing raises, the buffer stays bounded, the call lives."""
+    peer, open_ = await peers()
+    call = await open_()
+    keys: list[str] = []
+    call.connection.keypad = keys.append  # type: ignore[method-assign]
+    rng = random.Random(7)
+    source = ("127.0.0.1", peer.port)
+    for i in range(3000):
+        kind = i % 3
+        if kind == 0:
+            data = rng.randbytes(rng.randrange(0, 40))
+        else:
+            pt = 0 if kind == 1 else 101
+            header = RtpPacket(pt, rng.randrange(65536), rng.randrange(2**32), 5, b"")
+            data = build_rtp(header) + rng.randbytes(rng.randrange(0, 300))
+        call._datagram(data, source)
+        assert len(call.jitter) <= call.jitter.capacity
+    await asyncio.sleep(0.05)  # the playout clock ticked over whatever was held
+    assert not call.closed and all(k in "0123456789*#ABCD" for k in keys)
