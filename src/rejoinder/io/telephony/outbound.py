@@ -243,7 +243,10 @@ class OutboundCall:
     def _tell_session(self, kind: AnsweredKind, beep: bool, detail: str) -> None:
         session = self.connection.session if self.connection is not None else None
         if session is not None:
-            session.push_answered_by(kind, source="provider", beep=beep, detail=detail)
+            try:
+                session.push_answered_by(kind, source="provider", beep=beep, detail=detail)
+            except Exception:  # a closing session must not fail the provider's callback
+                logger.exception("call %s: could not tell the session who answered", self.key)
 
     def agent_done(self) -> None:
         """The entry point returned: hang up what is left of the call."""
@@ -349,7 +352,7 @@ async def dial(
     ``options.public_url``); the provider reaches our webhooks and media socket there.
     Raises ``ValueError`` for a setup that could not work (no public URL, the provider's
     routes not served, no secret to authenticate its callbacks) and ``CarrierError`` when
-    the provider refuses the call (the handle is then ``failed`` and forgotten)."""
+    the provider refuses the call (the handle, never returned, is then ``failed``)."""
     provider = control.provider
     public = public_url or service.options.public_url
     if not public:
