@@ -100,7 +100,7 @@ def test_capacity_bounds_what_is_held() -> None:
 DEPTH = 3
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     count=st.integers(1, 60),
     data=st.data(),

@@ -361,3 +361,11 @@ async def test_random_datagrams_never_break_the_receive_path(peers: Any) -> None
         assert len(call.jitter) <= call.jitter.capacity
     await asyncio.sleep(0.05)  # the playout clock ticked over whatever was held
     assert not call.closed and all(k in "0123456789*#ABCD" for k in keys)
+
+
+async def test_a_quiet_call_sends_keepalive_silence(peers: Any) -> None:
+    peer, open_ = await peers()
+    await open_(options=SipMediaOptions(rtp_ports=(0, 0), keepalive=0.1))
+    await until(lambda: len(peer.received) >= 1, 1.5)
+    _, packet = peer.received[0]
+    assert packet.marker and packet.payload == b"\xff" * 160  # μ-law silence

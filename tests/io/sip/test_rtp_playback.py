@@ -180,3 +180,27 @@ async def test_closing_stops_everything() -> None:
     await asyncio.sleep(1)
     assert len(rig.packets) == sent
     assert rig.events[-1][1].interrupted
+
+
+@pytest.mark.looptime
+async def test_a_quiet_line_gets_a_packet_of_silence_now_and_then() -> None:
+    rig = Rig()
+    assert rig.out.keepalive(5.0)  # nothing sent yet: one now
+    assert not rig.out.keepalive(5.0)  # just sent
+    await asyncio.sleep(5)
+    speaking = asyncio.ensure_future(rig.say(0.1))
+    await asyncio.sleep(0.03)
+    assert not rig.out.keepalive(0.01), "never in the middle of a talkspurt"
+    await speaking
+    await asyncio.sleep(5)
+    assert rig.out.keepalive(5.0)
+    rig.out.hold()
+    await asyncio.sleep(10)
+    assert not rig.out.keepalive(5.0), "on hold the line stays quiet"
+    (t1, ts1, m1, f1), *audio, (t2, ts2, m2, f2) = rig.packets
+    assert m1 and m2 and not f1.data.any() and not f2.data.any()  # silence, talkspurts
+    assert len(audio) == 5 and audio[0][2] is True  # the reply: a talkspurt of its own
+    assert audio[0][1] - ts1 == round((audio[0][0] - t1) * RATE)
+    assert ts2 - audio[-1][1] == round((t2 - audio[-1][0]) * RATE)
+    # Keepalives are not the agent's audio: the reply alone was heard.
+    assert [e for _, e in rig.events] == ["started", PlaybackFinished(0.1, interrupted=False)]

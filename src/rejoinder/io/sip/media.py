@@ -78,6 +78,10 @@ class SipMediaOptions:
     for dead. Long because a trunk with silence suppression sends nothing while its
     caller is quiet, and a caller may listen quietly to a long answer; short enough that
     a call whose far end vanished without a BYE is freed within a minute."""
+    keepalive: float | None = 5.0
+    """Seconds of our own silence after which one packet of silence is sent (then again
+    each time): a NAT binding or a far end's RTP timeout would otherwise end a call in
+    which the agent listens for long. None: never."""
     playout_delay: float = PLAYOUT_DELAY
     """Seconds from sending the agent's audio to the caller hearing it (the playback
     truth's estimate; see ``rtp_playback``)."""
@@ -94,6 +98,8 @@ class SipMediaOptions:
             raise ValueError("jitter_capacity must be at least jitter_depth")
         if self.rtp_timeout <= 0 or self.max_mic_seconds <= 0:
             raise ValueError("rtp_timeout and max_mic_seconds must be positive")
+        if self.keepalive is not None and self.keepalive <= 0:
+            raise ValueError("keepalive must be positive (or None)")
         if not 0 <= self.playout_delay <= 2.0:
             raise ValueError("playout_delay must be between 0 and 2 seconds")
         if self.mic_batch_interval < 0:
@@ -207,6 +213,9 @@ class RtpCall:
         self._tick_due = loop.time() + PACKET
         self._tick_handle: asyncio.TimerHandle | None = loop.call_at(self._tick_due, self._tick)
         self._arm_liveness()
+        self._keepalive_handle: asyncio.TimerHandle | None = None
+        if opts.keepalive is not None:
+            self._keepalive_handle = loop.call_later(opts.keepalive, self._keepalive)
 
     # ------------------------------------------------------------- reading
 
@@ -385,6 +394,14 @@ class RtpCall:
 
     # -------------------------------------------------------------- sending
 
+    def _keepalive(self) -> None:
+        quiet = self.options.keepalive
+        if self._closed or quiet is None:
+            return
+        self.playback.keepalive(quiet)
+        # Checked every second at most (rather than re-armed on every packet sent).
+        self._keepalive_handle = self._loop.call_later(min(quiet, 1.0), self._keepalive)
+
     def _send_audio(self, frame: AudioFrame, timestamp: int, marker: bool) -> None:
         if self._closed or self._held:
             return
@@ -403,7 +420,7 @@ class RtpCall:
         if self._closed:
             return
         self._closed = True
-        for handle in (self._tick_handle, self._dead_timer):
+        for handle in (self._tick_handle, self._dead_timer, self._keepalive_handle):
             if handle is not None:
                 handle.cancel()
         self._socket.close()

@@ -35,7 +35,9 @@ RTP framing: 20 ms packets (160 samples at 8 kHz); a talkspurt's first packet ha
 marker bit and a timestamp read from the media clock (so the gap since the last one is
 the silence between them); the packets that follow step by 160. A reply's last partial
 packet is padded with silence, which never counts as the agent's audio. Between replies
-nothing is sent (silence suppression, RFC 3551 §4.1).
+nothing is sent (silence suppression, RFC 3551 §4.1), except one packet of silence
+after every few seconds of quiet (``keepalive``, RFC 6263 §4.6), for the NAT bindings
+and the far end's media timers.
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class RtpPlayback(ReportedPlayback):
         self._on_hold = False
         self.packets_sent = 0
         self.talkspurts = 0
+        self.keepalives = 0
+        self._last_sent: float | None = None
 
     @property
     def on_hold(self) -> bool:
@@ -147,6 +151,7 @@ class RtpPlayback(ReportedPlayback):
         """Send one packet holding ``audio`` samples of the agent's (the rest padding)."""
         self._send_packet(AudioFrame(chunk, self.rate), timestamp, marker)
         self.packets_sent += 1
+        self._last_sent = asyncio.get_running_loop().time()
         self._timestamp_end = timestamp + self._chunk
         self._count += audio
         loop = asyncio.get_running_loop()
@@ -194,6 +199,28 @@ class RtpPlayback(ReportedPlayback):
             # reply's first sample comes after all of it.
             self._cleared = False
             self.on_played(self._count, cleared=True)
+
+    def keepalive(self, quiet: float) -> bool:
+        """Send one packet of silence, a talkspurt of its own, when nothing was sent for
+        ``quiet`` seconds (and the line is not on hold): NAT bindings and the far end's
+        media timers expire on a line that says nothing. Never counts as the agent's
+        audio. Returns whether it sent one."""
+        now = asyncio.get_running_loop().time()
+        if self.closed or self._on_hold or self.detached:
+            return False
+        if self._last_sent is not None and now - self._last_sent < quiet:
+            return False
+        if self._next_slot is not None and self._next_slot >= now - CATCH_UP:
+            return False  # a talkspurt is under way
+        timestamp = self._timestamp_at(now)
+        if self._timestamp_end is not None and timestamp < self._timestamp_end:
+            timestamp = self._timestamp_end
+        self._send_packet(AudioFrame(np.zeros(self._chunk, np.int16), self.rate), timestamp, True)
+        self._timestamp_end = timestamp + self._chunk
+        self._last_sent = now
+        self._next_slot = None  # the agent's next audio starts a talkspurt of its own
+        self.keepalives += 1
+        return True
 
     # ------------------------------------------------------------------ hold
 
