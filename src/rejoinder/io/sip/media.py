@@ -16,9 +16,17 @@ calls ``RtpCall.open``; this module does the rest of the audio:
 * symmetric RTP (RFC 4961) for NAT: until the first packet arrives we send to the SDP
   address; from then on to the address the far end's packets come from (*latching*), and
   packets from any other address are dropped (a stray or spoofed source cannot take the
-  call's audio over). A re-INVITE (``update_remote``) latches afresh.
+  call's audio over once it is latched; the first packet of a negotiated payload type
+  wins, so a spoofer who guessed the port and beat the far end's first packet would —
+  the usual trade of symmetric RTP without SRTP). A re-INVITE (``update_remote``)
+  latches afresh.
+* hold (``set_hold``): nothing is sent, the agent's audio waits and is not heard (see
+  ``rtp_playback``), what arrives (music on hold) is not given to the session, and the
+  liveness timer is off.
+* keepalive: after ``keepalive`` seconds of our silence, one packet of silence.
 * liveness: no RTP for ``rtp_timeout`` seconds while not on hold calls ``on_dead`` once
-  (the signalling hangs up). RTCP is not used (no port is bound for it).
+  (the signalling hangs up). RTCP is neither sent nor read (no port is bound for it):
+  a far end's RTCP BYE goes unseen, and its SIP BYE or the timeout ends the call.
 
 References: RFC 3550 https://www.rfc-editor.org/rfc/rfc3550, RFC 4961
 https://www.rfc-editor.org/rfc/rfc4961 (symmetric RTP), RFC 4733
@@ -54,10 +62,7 @@ logger = logging.getLogger("rejoinder.io.sip")
 
 RATE = 8000
 PACKET = 0.02
-_CODECS: dict[str, tuple[Literal["mulaw", "alaw"], int]] = {
-    "PCMU": ("mulaw", 0),
-    "PCMA": ("alaw", 8),
-}
+_CODECS: dict[str, Literal["mulaw", "alaw"]] = {"PCMU": "mulaw", "PCMA": "alaw"}
 _DECODE = {"mulaw": g711.ulaw_decode, "alaw": g711.alaw_decode}
 _ENCODE = {"mulaw": g711.ulaw_encode, "alaw": g711.alaw_encode}
 
@@ -241,8 +246,9 @@ class RtpCall:
     ) -> None:
         """A re-INVITE moved or changed the media: new address (latched afresh), codec
         and payload types."""
-        law = _law(codec)
-        self._payload_type = self.sender.payload_type = _payload_type(payload_type)
+        law, pt = _law(codec), _payload_type(payload_type)
+        check_port(port)  # all checked before anything changes
+        self._payload_type = self.sender.payload_type = pt
         self._dtmf_payload_type = dtmf_payload_type
         if law != self._law:
             self._law = law
@@ -250,7 +256,6 @@ class RtpCall:
             call = self.connection.call
             if call is not None:
                 self.connection.call = dataclasses.replace(call, codec=law)
-        check_port(port)
         self._latched = None
         self._rx_ssrc = None
         self._target = (host, port)
@@ -434,7 +439,7 @@ class RtpCall:
 
 def _law(codec: str) -> Literal["mulaw", "alaw"]:
     try:
-        return _CODECS[codec.upper()][0]
+        return _CODECS[codec.upper()]
     except KeyError:
         raise ValueError(f"unsupported codec {codec!r}: PCMU or PCMA") from None
 
