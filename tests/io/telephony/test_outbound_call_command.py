@@ -5,6 +5,7 @@ credential."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import textwrap
 from pathlib import Path
@@ -12,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from rejoinder.io.telephony.call_command import EXIT_BUSY, EXIT_NO_ANSWER, CallOptions, run_call
+from rejoinder.io.telephony.call_command import (
+    EXIT_BUSY,
+    EXIT_NO_ANSWER,
+    CallOptions,
+    options_from_args,
+    run_call,
+)
 from rejoinder.testing.carriers import FakePlivo, FakeTelnyx, FakeTwilio, Outcome
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
@@ -111,3 +118,45 @@ async def test_a_missing_credential_is_named(
     assert await run_call(options, io.StringIO()) == 2
     error = capsys.readouterr().err
     assert "TELNYX_CONNECTION_ID and TELNYX_PUBLIC_KEY" in error
+
+
+def test_the_documented_argparse_lines_give_run_call_its_options() -> None:
+    # the lines the report gives the lead for cli.py, verbatim
+    parser = argparse.ArgumentParser(prog="rejoinder")
+    commands = parser.add_subparsers(dest="command")
+    call = commands.add_parser("call", help="place a phone call with an agent file")
+    call.add_argument("to", metavar="NUMBER", help="the number to call, E.164 (+15551234567)")
+    call.add_argument("--agent", required=True, metavar="FILE", help="the agent file")
+    call.add_argument("--telephony", required=True, choices=("twilio", "telnyx", "plivo"))
+    call.add_argument("--from", dest="from_", metavar="NUMBER", help="the caller ID")
+    call.add_argument("--public-url", metavar="URL", help="the server's public base URL")
+    call.add_argument("--no-machine-detection", dest="machine_detection", action="store_false")
+    call.add_argument("--ring-timeout", type=float, default=30.0, metavar="SECONDS")
+    call.add_argument("--host", default="127.0.0.1")
+    call.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(
+        [
+            "call",
+            "+15551234567",
+            "--agent",
+            "a.py",
+            "--telephony",
+            "telnyx",
+            "--from",
+            "+15550000000",
+            "--public-url",
+            "https://abc.example",
+            "--no-machine-detection",
+            "--ring-timeout",
+            "12",
+        ]
+    )
+    assert options_from_args(args) == CallOptions(
+        to="+15551234567",
+        agent="a.py",
+        telephony="telnyx",
+        from_="+15550000000",
+        public_url="https://abc.example",
+        machine_detection=False,
+        ring_timeout=12.0,
+    )

@@ -17,6 +17,7 @@ provider on the same machine (the test kit's fake carriers) can reach.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import signal
@@ -28,7 +29,14 @@ from typing import Any, TextIO
 from .carriers.base import CarrierError, Dialing
 from .outbound import CallEvent, OutboundCall
 
-__all__ = ["EXIT_BUSY", "EXIT_NO_ANSWER", "CallOptions", "run_call"]
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_NO_ANSWER",
+    "CallOptions",
+    "options_from_args",
+    "run_call",
+    "run_call_command",
+]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -60,6 +68,30 @@ class CallOptions:
     """The provider's API base URL (default: the real one; tests point it at a fake)."""
     env: Mapping[str, str] | None = field(default=None, repr=False)
     """Where credentials are read (default: ``os.environ``)."""
+
+
+def options_from_args(args: argparse.Namespace) -> CallOptions:
+    """``rejoinder call``'s parsed arguments (``to``, ``agent``, ``telephony``, ``from_``,
+    ``public_url``, ``machine_detection``, ``ring_timeout``, ``host``, ``port``)."""
+    return CallOptions(
+        to=args.to,
+        agent=args.agent,
+        telephony=args.telephony,
+        from_=args.from_,
+        public_url=args.public_url,
+        machine_detection=args.machine_detection,
+        ring_timeout=args.ring_timeout,
+        host=args.host,
+        port=args.port,
+    )
+
+
+def run_call_command(args: argparse.Namespace) -> int:
+    """What ``rejoinder call`` runs: ``run_call`` on the parsed arguments."""
+    try:
+        return asyncio.run(run_call(options_from_args(args)))
+    except KeyboardInterrupt:  # Ctrl-C while the agent file was still loading
+        return EXIT_INTERRUPTED
 
 
 def _say(out: TextIO, text: str) -> None:
