@@ -28,8 +28,8 @@ Rules (each one a test):
   arrives — a frame or two of timeline given up for a lower delay.)
 * bounded: at most ``capacity`` packets are held; past that the oldest is played over
   (dropped) so the delay never grows without bound (a sender whose clock runs fast, a
-  burst); a packet more than ``capacity`` frames ahead of playout (a sender that
-  restarted its numbering) resets the buffer.
+  burst); a packet more than ``capacity`` frames ahead of playout or behind it (a
+  sender that restarted its numbering) resets the buffer.
 
 Sequence numbers wrap at 2^16; they are extended to a growing integer relative to the
 playout position (RFC 3550 §A.1 arithmetic). Timestamps are not needed for order; a new
