@@ -1,0 +1,203 @@
+"""Answering detection inside a session, on virtual time: a placed call's line plays
+synthesized audio; the detector on the microphone pushes ``answered_by`` events
+(``source="audio"``), screening comes from the recognizer's transcripts, a provider's
+verdict that came first wins unless ours says more, and ``wait_answered_by`` returns
+within its bound so the agent speaks: ``unknown`` when nothing was decided."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rejoinder as rj
+from rejoinder.session.hearing.answering import detect_answered_by, wait_answered_by
+from rejoinder.testing import ScriptedLLM, advance, now
+
+from ._answering_audio import TUNED, assemble, machine, person, silence, speech
+from ._placed_call import GREETING, INTRODUCTION, MESSAGE, Outbound, PlacedCall
+
+
+async def placed(agent: rj.Agent | None = None, **options: object) -> PlacedCall:
+    call = PlacedCall(**options)  # type: ignore[arg-type]
+    await call.start(agent or rj.Agent(instructions="quiet"))
+    return call
+
+
+@pytest.mark.parametrize("rate", [8000, 16000])
+async def test_a_greeting_then_a_beep_is_a_machine_then_the_moment_to_speak(rate: int) -> None:
+    call = await placed(rate=rate)
+    audio = machine(3, TUNED, rate)
+    assert audio.beep_end is not None
+    try:
+        call.play(audio.audio)
+        await advance(audio.audio.shape[0] / rate + 0.5)
+        assert call.kinds() == [("machine", "audio", False), ("machine", "audio", True)]
+        decided, beeped = (e.created_at - call.answered_at for e in call.events)
+        assert decided <= 0.6 + 3.0
+        assert audio.beep_end <= beeped <= audio.beep_end + 0.06
+        assert "beep at" in call.events[1].detail
+    finally:
+        await call.aclose()
+
+
+async def test_a_person_is_human_and_the_agent_greets_them_at_once() -> None:
+    agent = Outbound()
+    call = await placed(agent)
+    hello = person(2, TUNED)
+    try:
+        call.play(hello.audio)
+        await advance(4.0)
+        assert call.kinds() == [("human", "audio", False)]
+        assert agent.answered is not None
+        kind, at = agent.answered
+        assert kind == "human" and at == call.events[0].created_at  # no delay on top
+        assert call.said() == [GREETING]
+        assert call.played and call.played[0][0] < at + 0.1
+        assert call.errors == []
+    finally:
+        await call.aclose()
+
+
+async def test_screening_words_from_the_recognizer_make_the_agent_say_who_calls() -> None:
+    """The assistant's words reach the detector through ``user_input_transcribed``."""
+    agent = Outbound(timeout=6.0)
+    words = "Hi the person you're calling is using a screening service from Google"
+    call = await placed(agent, transcripts=[words], replies=[["Thanks."]] * 3)
+    rng = np.random.default_rng(7)
+    audio = assemble(
+        [
+            (silence(0.3, 8000), 0.0),
+            (speech(rng, 4.5, 8000, 200.0), -22.0),
+            (silence(3.0, 8000), 0.0),
+        ],
+        8000,
+        -55.0,
+        rng,
+        phone=True,
+    )
+    try:
+        call.play(audio)
+        await advance(8.0)
+        kinds = [k for k, _, _ in call.kinds()]
+        assert "screening" in kinds and kinds[-1] == "screening"
+        assert '"' in call.events[-1].detail  # the phrase it matched
+        # The sound says machine first (the assistant talks as long as a greeting); the
+        # words, once recognized, say screening, and the voicemail is not left.
+        assert call.kinds() == [("machine", "audio", False), ("screening", "audio", False)]
+        assert agent.voicemail is not None and agent.voicemail.outcome == "screening"
+        assert call.said()[0] == INTRODUCTION and MESSAGE not in call.said()
+        assert call.errors == []
+    finally:
+        await call.aclose()
+
+
+async def test_the_bounded_wait_returns_unknown_in_time_and_the_agent_speaks() -> None:
+    agent = Outbound(timeout=2.0)
+    call = await placed(agent)
+    try:
+        call.play(silence(6.0, 8000).astype(np.int16))
+        await advance(2.5)
+        assert agent.answered == ("unknown", pytest.approx(call.answered_at + 2.0, abs=0.01))
+        assert call.said() == [GREETING]
+        await advance(3.0)  # the detector's own bound: 5 s after the answer
+        assert call.kinds() == [("unknown", "audio", False)]
+        assert "nobody spoke" in call.events[0].detail
+    finally:
+        await call.aclose()
+
+
+async def test_the_wait_ends_at_the_detectors_own_unknown() -> None:
+    agent = Outbound(timeout=30.0)
+    call = await placed(agent)
+    try:
+        call.play(silence(7.0, 8000).astype(np.int16))
+        await advance(6.0)
+        assert agent.answered == ("unknown", pytest.approx(call.answered_at + 5.0, abs=0.03))
+        assert call.said() == [GREETING]
+    finally:
+        await call.aclose()
+
+
+async def test_a_decision_already_made_is_returned_at_once() -> None:
+    call = await placed()
+    try:
+        call.session.push_answered_by("human", source="provider")
+        started = now()
+        assert await wait_answered_by(call.session, timeout=3.0) == "human"
+        assert now() == started
+    finally:
+        await call.aclose()
+
+
+async def test_a_provider_verdict_first_wins_unless_ours_has_the_beep() -> None:
+    call = await placed()
+    audio = machine(5, TUNED)
+    try:
+        call.session.push_answered_by("machine", source="provider", detail="machine_start")
+        call.play(audio.audio)
+        await advance(audio.audio.shape[0] / 8000 + 0.5)
+        # Our "machine" says nothing new: withheld; our beep says when to speak: pushed.
+        assert call.kinds() == [("machine", "provider", False), ("machine", "audio", True)]
+        assert call.listener is not None
+        assert [v.answered_by for v in call.listener.withheld] == ["machine"]
+    finally:
+        await call.aclose()
+
+
+async def test_our_verdict_refines_a_provider_unknown() -> None:
+    call = await placed()
+    try:
+        call.session.push_answered_by("unknown", source="provider")
+        call.play(person(4, TUNED).audio)
+        await advance(4.0)
+        assert call.kinds() == [("unknown", "provider", False), ("human", "audio", False)]
+    finally:
+        await call.aclose()
+
+
+async def test_without_a_detector_the_wait_takes_the_providers_answer() -> None:
+    agent = Outbound()
+    call = await placed(agent, detect=False)
+    try:
+        await advance(0.7)
+        call.session.push_answered_by("unknown", source="provider")
+        await advance(0.1)
+        assert agent.answered == ("unknown", pytest.approx(call.answered_at + 0.7))
+    finally:
+        await call.aclose()
+
+
+async def test_the_wait_returns_unknown_when_the_session_closes() -> None:
+    call = await placed(detect=False)
+    waiting = __import__("asyncio").ensure_future(wait_answered_by(call.session, timeout=10))
+    await advance(1.0)
+    await call.aclose()
+    await advance(0)
+    assert waiting.done() and waiting.result() == "unknown"
+
+
+async def test_detection_must_come_before_start_and_once() -> None:
+    session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM([]))
+    detect_answered_by(session)
+    with pytest.raises(RuntimeError, match="already"):
+        detect_answered_by(session)
+    other: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM([]))
+    await other.start(rj.Agent(instructions="x"))
+    try:
+        with pytest.raises(RuntimeError, match="before the session starts"):
+            detect_answered_by(other)
+        with pytest.raises(ValueError, match="timeout"):
+            await wait_answered_by(other, timeout=-1)
+    finally:
+        await other.aclose()
+
+
+async def test_the_microphone_still_reaches_the_session_unchanged() -> None:
+    """The detector sees frames on their way; the session's hearing gets every one."""
+    call = await placed(transcripts=["hello"], replies=[["Hi there."]])
+    try:
+        call.play(person(2, TUNED).audio)
+        await advance(4.0)
+        assert [m.content for m in call.session.history.messages() if m.role == "user"] == ["hello"]
+    finally:
+        await call.aclose()
