@@ -177,11 +177,15 @@ class SipCore:
 
     def _on_invite(self, invite: SipMessage, source: Address, now: float) -> list[Output]:
         for dialog in self.dialogs.values():
-            if (dialog.call_id, dialog.remote_tag, dialog.remote_cseq) == (
+            first = dialog.invite
+            if (first.call_id, first.from_tag, first.cseq) == (
                 invite.call_id,
                 invite.from_tag,
-                invite.cseq[0],
-            ):  # the same INVITE by another path (§8.2.2.2)
+                invite.cseq,
+            ):
+                if first.branch == invite.branch:
+                    return []  # a late copy, after its transaction ended: nothing new
+                # the same INVITE by another path (§8.2.2.2)
                 return self._answer(invite, source, 482, "Loop Detected", now)
         if self.authority is not None:
             verdict = self.authority.verify("INVITE", invite.get("Authorization"), now)
@@ -295,7 +299,8 @@ class SipCore:
             return []
         out: list[Output] = []
         for transaction in (dialog.invite_transaction, dialog.reinvite):
-            if transaction is not None:
+            # a 2xx's ACK comes with a branch of its own; a refusal's was matched above
+            if transaction is not None and (transaction.final_status or 0) // 100 == 2:
                 transaction.acknowledged(now)
         if dialog.state == "answered":
             dialog.state = "confirmed"
@@ -322,7 +327,8 @@ class SipCore:
         dialog = self._dialog_of(invite)
         if dialog is None or dialog.state == "ended":
             return self._answer(invite, source, 481, "Call/Transaction Does Not Exist", now)
-        if invite.cseq[0] <= dialog.remote_cseq:
+        if invite.cseq[0] <= dialog.remote_cseq or dialog.state == "offered":
+            # out of order, or before our answer to the first INVITE (§14.2)
             return self._answer(
                 invite, source, 500, "Server Internal Error", now, headers=[("Retry-After", "1")]
             )

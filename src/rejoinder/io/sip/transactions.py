@@ -100,9 +100,12 @@ class ServerTransaction:
         """The ACK of our final response came (False when it was not awaited)."""
         if self.state not in ("completed", "accepted"):
             return False
+        # RFC 6026 Timer L: after a 2xx, late copies of the INVITE are absorbed for
+        # 64·T1; after a refusal, copies of the ACK for Timer I (T4).
+        linger = self.timers.timeout if self.state == "accepted" else self.timers.t4
         self.state = "confirmed"
         self._resend_at = self._give_up_at = None
-        self._end_at = now + self.timers.t4  # Timer I: absorb ACK copies
+        self._end_at = now + linger
         return True
 
     def poll(self, now: float) -> bytes | None:
