@@ -20,7 +20,7 @@ from rejoinder.io.telephony.carriers.http import HttpPolicy
 from rejoinder.io.telephony.routes import add_telephony_routes
 from rejoinder.io.telephony.service import TelephonyService, WebhookSecrets
 from rejoinder.testing import ScriptedTTS
-from rejoinder.testing.carriers import FakePlivo, FakeTelnyx, FakeTwilio, Outcome
+from rejoinder.testing.carriers import CallOutcome, FakePlivo, FakeTelnyx, FakeTwilio
 
 from .._client import scripted_session
 
@@ -49,7 +49,7 @@ class Rig:
     answered_by: list[Any] = field(default_factory=list)
 
 
-def make_carrier(provider: str, outcomes: list[Outcome]) -> Any:
+def make_carrier(provider: str, outcomes: list[CallOutcome]) -> Any:
     kind = {"twilio": FakeTwilio, "telnyx": FakeTelnyx, "plivo": FakePlivo}[provider]
     return kind(outcomes=outcomes, max_call_seconds=10.0)
 
@@ -81,7 +81,7 @@ def control_for(carrier: Any, public_url: str) -> Dialing:
 
 
 @asynccontextmanager
-async def rig(provider: str, *outcomes: Outcome) -> AsyncIterator[Rig]:
+async def rig(provider: str, *outcomes: CallOutcome) -> AsyncIterator[Rig]:
     make = scripted_session([], [], lambda: ScriptedTTS(seconds_per_char=SECONDS_PER_CHAR))
     rigged: Rig
 

@@ -15,7 +15,7 @@ from rejoinder.io.telephony.carriers import CarrierError, TelnyxCalls, TwilioCal
 from rejoinder.io.telephony.carriers.base import DialRequest
 from rejoinder.io.telephony.carriers.twilio import transfer_twiml
 from rejoinder.io.telephony.outbound import OutboundCall, dial
-from rejoinder.testing.carriers import FakeCall, Outcome
+from rejoinder.testing.carriers import CallOutcome, FakeCall
 
 from ._rig import FAST, Rig, rig
 
@@ -33,7 +33,7 @@ async def answered_call(r: Rig) -> tuple[OutboundCall, FakeCall]:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_hang_up_is_retried_past_500s_within_bounds(provider: str) -> None:
-    async with rig(provider, Outcome("human")) as r:
+    async with rig(provider, CallOutcome("human")) as r:
         call, fake = await answered_call(r)
         before = len(r.carrier.requests)
         r.carrier.fail_next(500, times=2)
@@ -45,7 +45,7 @@ async def test_a_hang_up_is_retried_past_500s_within_bounds(provider: str) -> No
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_retries_stop_at_the_policy_s_attempts(provider: str) -> None:
-    async with rig(provider, Outcome("human")) as r:
+    async with rig(provider, CallOutcome("human")) as r:
         call, _ = await answered_call(r)
         before = len(r.carrier.requests)
         r.carrier.fail_next(503, times=5)
@@ -59,7 +59,7 @@ async def test_retries_stop_at_the_policy_s_attempts(provider: str) -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_placing_a_call_is_not_retried_after_a_500_but_is_after_a_429(provider: str) -> None:
-    async with rig(provider, Outcome("busy")) as r:
+    async with rig(provider, CallOutcome("busy")) as r:
         r.carrier.fail_next(500)
         with pytest.raises(CarrierError) as caught:
             await dial(
@@ -111,7 +111,7 @@ async def test_an_unreachable_api_is_retried_then_reported() -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("target", ["+15550001111", "sip:desk@example.com"])
 async def test_a_cold_transfer_goes_through_the_provider(provider: str, target: str) -> None:
-    async with rig(provider, Outcome("human")) as r:
+    async with rig(provider, CallOutcome("human")) as r:
         call, fake = await answered_call(r)
         await r.carrier.until(lambda: call.connection is not None, 5)
         await r.control.transfer(call.call_id, target)
@@ -131,7 +131,7 @@ def test_transfer_twiml_dials_numbers_and_sip_uris() -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_the_agent_transfers_an_outbound_call_and_it_is_not_hung_up(provider: str) -> None:
-    async with rig(provider, Outcome("human")) as r:
+    async with rig(provider, CallOutcome("human")) as r:
         call, fake = await answered_call(r)
         await r.carrier.until(lambda: bool(r.sessions), 5)
         conn = r.conns[0]

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from rejoinder.io.telephony.outbound import dial
-from rejoinder.testing.carriers import Outcome
+from rejoinder.testing.carriers import CallOutcome
 
 from ._rig import GREETING, SECONDS_PER_CHAR, rig
 
@@ -23,7 +23,7 @@ TO, FROM = "+15551230000", "+15557650000"
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_an_answered_call_hears_the_greeting_and_ends_completed(provider: str) -> None:
-    async with rig(provider, Outcome("human")) as r:
+    async with rig(provider, CallOutcome("human")) as r:
         call = await dial(
             TO,
             from_=FROM,
@@ -63,7 +63,7 @@ async def test_an_answered_call_hears_the_greeting_and_ends_completed(provider: 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_machine_with_a_beep_reaches_the_session(provider: str) -> None:
-    async with rig(provider, Outcome("machine", talk_seconds=1.0)) as r:
+    async with rig(provider, CallOutcome("machine", talk_seconds=0.4)) as r:
         call = await dial(
             TO, from_=FROM, control=r.control, service=r.service, public_url=r.public_url
         )
@@ -76,7 +76,7 @@ async def test_a_machine_with_a_beep_reaches_the_session(provider: str) -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("answer", ["busy", "no-answer"])
 async def test_busy_and_unanswered_calls_end_with_their_status(provider: str, answer: str) -> None:
-    async with rig(provider, Outcome(answer)) as r:  # type: ignore[arg-type]
+    async with rig(provider, CallOutcome(answer)) as r:  # type: ignore[arg-type]
         call = await dial(
             TO, from_=FROM, control=r.control, service=r.service, public_url=r.public_url
         )
@@ -87,7 +87,7 @@ async def test_busy_and_unanswered_calls_end_with_their_status(provider: str, an
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_call_that_never_answers_is_hung_up_at_the_ring_timeout(provider: str) -> None:
-    async with rig(provider, Outcome("silent")) as r:
+    async with rig(provider, CallOutcome("silent")) as r:
         loop = asyncio.get_running_loop()
         began = loop.time()
         call = await dial(

@@ -20,7 +20,7 @@ from rejoinder.io.telephony.call_command import (
     options_from_args,
     run_call,
 )
-from rejoinder.testing.carriers import FakePlivo, FakeTelnyx, FakeTwilio, Outcome
+from rejoinder.testing.carriers import CallOutcome, FakePlivo, FakeTelnyx, FakeTwilio
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
 
@@ -78,7 +78,7 @@ async def place(tmp_path: Path, carrier: Any, provider: str) -> tuple[int, str]:
 async def test_an_answered_call_exits_0_after_printing_its_course(
     tmp_path: Path, provider: str, kind: Any
 ) -> None:
-    async with kind(outcomes=[Outcome("human", talk_seconds=0.6)]) as carrier:
+    async with kind(outcomes=[CallOutcome("human", talk_seconds=0.6)]) as carrier:
         code, printed = await place(tmp_path, carrier, provider)
         fake = carrier.calls[0]
     assert code == 0, printed
@@ -92,7 +92,7 @@ async def test_an_answered_call_exits_0_after_printing_its_course(
 
 @pytest.mark.parametrize(("answer", "code"), [("busy", EXIT_BUSY), ("no-answer", EXIT_NO_ANSWER)])
 async def test_busy_and_no_answer_exit_non_zero(tmp_path: Path, answer: Any, code: int) -> None:
-    async with FakeTwilio(outcomes=[Outcome(answer)]) as carrier:
+    async with FakeTwilio(outcomes=[CallOutcome(answer)]) as carrier:
         got, printed = await place(tmp_path, carrier, "twilio")
     assert got == code and printed.splitlines()[-1].startswith(answer)
 

@@ -9,11 +9,11 @@ TwiML ``<Connect><Stream>`` it was given; Telnyx from ``stream_url``; Plivo from
 ``<Stream>`` its answer URL returned), the answering-machine result, and at the end the
 completion. Transfers and hang-ups are recorded.
 
-    async with FakeTwilio(outcomes=[Outcome("human", talk_seconds=1.0)]) as twilio:
+    async with FakeTwilio(outcomes=[CallOutcome("human", talk_seconds=1.0)]) as twilio:
         control = TwilioCalls(twilio.account_sid, twilio.auth_token, base_url=twilio.base_url)
         ...                                    # dial; twilio.calls[0].stream.heard_seconds()
 
-``Outcome`` scripts each call in turn: answered by a human or a machine (with the AMD
+``CallOutcome`` scripts each call in turn: answered by a human or a machine (with the AMD
 result), busy, no answer, never answering (``"silent"``: only a hang-up ends it), and
 ``fail_next(status, times)`` makes the next REST requests fail (a 500, a 429) to test
 retries.
@@ -21,17 +21,17 @@ retries.
 
 from __future__ import annotations
 
-from ._course import FakeCall, FakeCarrier, Outcome, StreamCaller
+from ._course import CallOutcome, FakeCall, FakeCarrier, StreamCaller
 from .plivo import FakePlivo
 from .telnyx import FakeTelnyx
 from .twilio import FakeTwilio
 
 __all__ = [
+    "CallOutcome",
     "FakeCall",
     "FakeCarrier",
     "FakePlivo",
     "FakeTelnyx",
     "FakeTwilio",
-    "Outcome",
     "StreamCaller",
 ]

@@ -24,14 +24,14 @@ if TYPE_CHECKING:
 
     from ..phone import FakePhoneCall
 
-__all__ = ["Answer", "FakeCall", "FakeCarrier", "Outcome", "StreamCaller", "basic_auth"]
+__all__ = ["Answer", "CallOutcome", "FakeCall", "FakeCarrier", "StreamCaller", "basic_auth"]
 
 Answer = Literal["human", "machine", "busy", "no-answer", "silent"]
 _SILENCE = g711.ulaw_encode(np.zeros(160, np.int16))
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class CallOutcome:
     """How the called party behaves."""
 
     answer: Answer = "human"
@@ -50,7 +50,7 @@ class FakeCall:
     id: str
     to: str
     from_: str
-    outcome: Outcome
+    outcome: CallOutcome
     request: dict[str, Any]
     statuses: list[str] = field(default_factory=list)
     """What was posted to our status callbacks (the provider's words), in order."""
@@ -170,10 +170,12 @@ class FakeCarrier(LoopbackServer):
 
     provider = ""
 
-    def __init__(self, *, outcomes: list[Outcome] | None = None, max_call_seconds: float = 30.0):
+    def __init__(
+        self, *, outcomes: list[CallOutcome] | None = None, max_call_seconds: float = 30.0
+    ):
         super().__init__()
-        self.outcomes: deque[Outcome] = deque(outcomes or [])
-        self.default_outcome = Outcome()
+        self.outcomes: deque[CallOutcome] = deque(outcomes or [])
+        self.default_outcome = CallOutcome()
         self.max_call_seconds = max_call_seconds
         self.calls: list[FakeCall] = []
         self.requests: list[tuple[str, str]] = []
