@@ -38,14 +38,14 @@ from .events import (
     CallOffered,
     MediaChanged,
     Output,
-    ReferAnswered,
     Send,
     TransferNotified,
 )
 from .message import SipMessage, SipParseError, new_tag, parse, response_to
+from .outgoing import OutgoingRequests
 from .ratelimit import LogThrottle, RateLimiter
 from .sdp import MediaOffer, Negotiated, NotAcceptable, answer_sdp, negotiate, parse_offer
-from .transactions import ClientTransaction, ServerTransaction, Timers
+from .transactions import ServerTransaction, Timers
 
 __all__ = ["ALLOW", "Network", "SipCore"]
 
@@ -84,7 +84,7 @@ class SipCore:
         self.dialogs: dict[tuple[str, str], Dialog] = {}
         """(Call-ID, our tag) -> the call."""
         self._server: dict[str, tuple[ServerTransaction, Address, Dialog | None]] = {}
-        self._client: dict[str, tuple[ClientTransaction, Address, Dialog]] = {}
+        self._outgoing = OutgoingRequests(port=port, advertise=advertise, timers=self.timers)
         self._log = LogThrottle(logger)
 
     # ------------------------------------------------------------ receiving
@@ -133,7 +133,7 @@ class SipCore:
                 ]
             return []
         if not message.is_request:
-            return self._on_response(message, now)
+            return self._outgoing.answered(message, now)
         return self._on_request(message, source, now)
 
     def _on_request(self, request: SipMessage, source: Address, now: float) -> list[Output]:
@@ -395,17 +395,6 @@ class SipCore:
             out.append(TransferNotified(dialog, status, final))
         return out
 
-    def _on_response(self, response: SipMessage, now: float) -> list[Output]:
-        found = self._client.get(response.branch)
-        if found is None or response.status is None:
-            return []
-        transaction, _, dialog = found
-        if not transaction.received(response.status, now):
-            return []
-        if transaction.method == "REFER":
-            return [ReferAnswered(dialog, response.status)]
-        return []
-
     # -------------------------------------------------------------- sending
 
     def hangup(self, dialog: Dialog, now: float) -> list[Output]:
@@ -416,27 +405,14 @@ class SipCore:
         if dialog.state != "confirmed":
             return []
         dialog.state = "ended"
-        return self._send_request(dialog, "BYE", now)
+        return self._outgoing.send(dialog, "BYE", now)
 
     def refer(self, dialog: Dialog, target: str, now: float) -> list[Output]:
         """Ask the caller's side to call ``target`` (a blind transfer, RFC 3515)."""
         if dialog.state != "confirmed":
             raise RuntimeError("a transfer needs an answered, acknowledged call")
         headers = [("Refer-To", f"<{target}>"), ("Referred-By", dialog.contact)]
-        return self._send_request(dialog, "REFER", now, headers)
-
-    def _send_request(
-        self, dialog: Dialog, method: str, now: float, headers: list[tuple[str, str]] | None = None
-    ) -> list[Output]:
-        host = self.advertise(dialog.peer)
-        request = dialog.request(method, host=host, port=self.port, headers=headers)
-        data = request.to_bytes()
-        self._client[request.branch] = (
-            ClientTransaction(method, data, now, timers=self.timers),
-            dialog.peer,
-            dialog,
-        )
-        return [Send(data, dialog.peer)]
+        return self._outgoing.send(dialog, "REFER", now, headers)
 
     def _answer(
         self,
@@ -466,9 +442,9 @@ class SipCore:
 
     @property
     def deadline(self) -> float | None:
-        times = [t.deadline for t, _, _ in self._server.values()]
-        times += [t.deadline for t, _, _ in self._client.values()]
+        times = [transaction.deadline for transaction, _, _ in self._server.values()]
         present = [t for t in times if t is not None]
+        present += self._outgoing.deadlines
         return min(present) if present else None
 
     def poll(self, now: float) -> list[Output]:
@@ -484,14 +460,7 @@ class SipCore:
                     dialog.state = "confirmed"  # to send the BYE §13.3.1.4 asks for
                     out.append(CallEnded(dialog, "no ACK"))
                     out.extend(self.hangup(dialog, now))
-        for branch, (client, peer, dialog) in list(self._client.items()):
-            data = client.poll(now)
-            if data is not None:
-                out.append(Send(data, peer))
-            if client.done:
-                del self._client[branch]
-                if client.timed_out and client.method == "REFER":
-                    out.append(ReferAnswered(dialog, 408))
+        out.extend(self._outgoing.poll(now))
         for ids, call in list(self.dialogs.items()):
             if call.state == "ended" and not self._busy(call):
                 del self.dialogs[ids]
@@ -499,8 +468,8 @@ class SipCore:
         return out
 
     def _busy(self, dialog: Dialog) -> bool:
-        return any(d is dialog for _, _, d in self._server.values()) or any(
-            d is dialog for _, _, d in self._client.values()
+        return any(d is dialog for _, _, d in self._server.values()) or self._outgoing.involve(
+            dialog
         )
 
     def _dialog_of(self, request: SipMessage) -> Dialog | None:
