@@ -121,6 +121,13 @@ async def test_a_cold_transfer_goes_through_the_provider(provider: str, target: 
         if provider == "plivo":  # Plivo fetched our /plivo/transfer for the XML
             tag = "User" if target.startswith("sip:") else "Number"
             assert f"<Dial><{tag}>{target}</{tag}></Dial>" in r.carrier.transfer_xml[0]
+        if provider == "twilio":  # the call was updated with <Dial> TwiML
+            tag = "Sip" if target.startswith("sip:") else "Number"
+            assert f"<Dial><{tag}>{target}</{tag}></Dial>" in r.carrier.transfer_twiml[0]
+        if provider == "telnyx":  # a transfer command, with a command_id for retries
+            [(call_id, action, body)] = r.carrier.commands
+            assert (call_id, action, body["to"]) == (call.call_id, "transfer", target)
+            assert body["command_id"]
 
 
 def test_transfer_twiml_dials_numbers_and_sip_uris() -> None:

@@ -28,6 +28,8 @@ class FakeTwilio(FakeCarrier):
         super().__init__(**options)
         self.account_sid = "AC" + secrets.token_hex(16)
         self.auth_token = secrets.token_hex(16)
+        self.transfer_twiml: list[str] = []
+        """The TwiML of every transfer (a call updated with new TwiML), in order."""
 
     def _error_body(self, status: int, message: str) -> Any:
         return {"code": 20500 if status >= 500 else 20001, "message": message, "status": status}
@@ -93,6 +95,7 @@ class FakeTwilio(FakeCarrier):
         form = await request.post()
         twiml = str(form.get("Twiml", ""))
         if twiml:
+            self.transfer_twiml.append(twiml)
             root = ET.fromstring(twiml)
             targets = [el.text or "" for el in root.iter() if el.tag in ("Number", "Sip")]
             call.transfers.extend(targets)
