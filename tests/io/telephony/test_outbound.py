@@ -7,6 +7,7 @@ calls end with their status, a call that never answers is hung up at the ring ti
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -105,3 +106,20 @@ async def test_a_call_that_never_answers_is_hung_up_at_the_ring_timeout(provider
         await r.carrier.until(lambda: fake.over.is_set(), 5)
         assert r.carrier.hangups == [fake.id] and fake.hung_up_by_api
         assert call.status == "no-answer"  # the carrier's late "canceled" changed nothing
+
+
+async def test_dial_refuses_a_public_url_the_service_does_not_check_callbacks_against() -> None:
+    async with rig("twilio") as r:
+        r.service.options = dataclasses.replace(r.service.options, public_url=r.public_url)
+        with pytest.raises(ValueError, match="not the service's"):
+            await dial(
+                TO,
+                from_=FROM,
+                control=r.control,
+                service=r.service,
+                public_url="https://elsewhere.example",
+            )
+        r.service.options = dataclasses.replace(r.service.options, public_url=None)
+        with pytest.raises(ValueError, match="public URL"):
+            await dial(TO, from_=FROM, control=r.control, service=r.service)
+        assert r.carrier.requests == []

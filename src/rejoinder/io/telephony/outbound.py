@@ -354,9 +354,13 @@ async def dial(
     routes not served, no secret to authenticate its callbacks) and ``CarrierError`` when
     the provider refuses the call (the handle, never returned, is then ``failed``)."""
     provider = control.provider
-    public = public_url or service.options.public_url
+    configured = service.options.public_url
+    public = public_url or configured
     if not public:
         raise ValueError("dialing out needs the server's public URL (public_url)")
+    if configured and public.rstrip("/") != configured.rstrip("/"):
+        # the callbacks' signatures are checked against the service's public URL
+        raise ValueError(f"public_url {public!r} is not the service's {configured!r}")
     if provider not in service.providers:
         raise ValueError(f"the service does not serve {provider}'s routes")
     missing = service.secrets.missing_for(provider)
