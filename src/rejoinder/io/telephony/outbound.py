@@ -115,6 +115,7 @@ class OutboundCall:
         self.status: CallStatus = "queued"
         self.answered_by: AnsweredKind | None = None
         self.beep = False
+        self._answered_detail = ""
         self.connection: Connection | None = None
         self.events: list[CallEvent] = []
         self.parameters = {
@@ -178,6 +179,7 @@ class OutboundCall:
         kind, beep = update.answered_by, self.beep or update.beep
         if kind is not None and not self.done and (kind, beep) != (self.answered_by, self.beep):
             self.answered_by, self.beep = kind, beep
+            self._answered_detail = update.detail
             changed = True
             self._emit(CallEvent(now, None, kind, beep, update.detail))
             self._tell_session(kind, beep, update.detail)
@@ -238,7 +240,7 @@ class OutboundCall:
         for event in self.events:
             logger.info("call %s: %s", self.key, event.status or f"answered by {event.answered_by}")
         if self.answered_by is not None:
-            self._tell_session(self.answered_by, self.beep, "")
+            self._tell_session(self.answered_by, self.beep, self._answered_detail)
 
     def _tell_session(self, kind: AnsweredKind, beep: bool, detail: str) -> None:
         session = self.connection.session if self.connection is not None else None
