@@ -301,3 +301,11 @@ def test_a_flooding_source_is_cut_off() -> None:
     ]
     assert answers == [[200]] * 5 + [[]] * 3
     assert statuses(sip.receive(request("OPTIONS", branch="z9hG4bKlater"), PEER, 1.0)) == [200]
+
+
+def test_a_required_extension_is_refused_420() -> None:
+    sip = core()
+    out = sip.receive(invite(headers="Require: 100rel, timer\r\n"), PEER, 0.0)
+    (refusal,) = sent(out)
+    assert refusal.status == 420 and refusal.get_all("Unsupported") == ["100rel", "timer"]
+    assert not [o for o in out if isinstance(o, CallOffered)]

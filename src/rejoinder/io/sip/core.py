@@ -11,6 +11,7 @@ digest credentials are required and missing or wrong (``stale`` when only the no
 expired); 403 to a source outside ``allow_from``; 488 to an offer without PCMU/PCMA;
 487 to an INVITE its CANCEL caught (and 200 to the CANCEL); 200 to BYE, OPTIONS and a
 transfer's NOTIFY; 200 with a new answer to a re-INVITE (hold, unhold, a new address);
+420 to a request that requires an extension (100rel, session timers: we take none);
 481 to a request for a dialog it does not know; 482 to a merged (looped) INVITE; 483 when
 Max-Forwards ran out; 405 to methods it knows but does not take, 501 to others; 400 to a
 request too broken to use but complete enough to answer. Retransmitted requests get the
@@ -151,6 +152,12 @@ class SipCore:
         forwards = (request.get("Max-Forwards") or "70").strip()
         if forwards == "0" and method != "CANCEL":
             return self._answer(request, source, 483, "Too Many Hops", now)
+        required = request.get_all("Require")
+        if required and method != "CANCEL":  # no extension is ours to require (§8.2.2.3)
+            return self._answer(
+                request, source, 420, "Bad Extension", now,
+                headers=[("Unsupported", ", ".join(required))],
+            )  # fmt: skip
         if method == "INVITE":
             if request.to_tag:
                 return self._on_reinvite(request, source, now)

@@ -74,7 +74,17 @@ _CANONICAL = {
     )
 }
 _LIST_HEADERS = frozenset(
-    {"via", "contact", "route", "record-route", "allow", "supported", "require", "accept"}
+    {
+        "via",
+        "contact",
+        "route",
+        "record-route",
+        "allow",
+        "supported",
+        "require",
+        "accept",
+        "unsupported",
+    }
 )
 _TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.!%*_+`'~")
 
