@@ -57,7 +57,7 @@ def pauses_before_keys(call: FakePhoneCall) -> list[float]:
         if not is_tone or (i > 0 and loud[i - 1]):
             continue  # not the first chunk of a tone
         quiet, j = 0.0, i - 1
-        while j >= 0 and not loud[j] and call.heard[j + 1].at - call.heard[j].at < 1.5 * TICK:
+        while j >= 0 and not loud[j] and call.heard[j + 1].at - call.heard[j].at < 0.1:
             if int(np.abs(call.heard[j].pcm).max()) > 50:
                 break  # audio that is not silence: the agent's voice, say
             quiet += len(call.heard[j].pcm) / 8000

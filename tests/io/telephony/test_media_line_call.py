@@ -131,17 +131,16 @@ def assistant_texts(session: rj.AgentSession[Any]) -> list[str]:
     ]
 
 
-def bursts(call: FakePhoneCall, since: float) -> list[tuple[float, float]]:
-    """(first, last) play times of each run of audible chunks heard from ``since``."""
-    runs: list[tuple[float, float]] = []
-    for at in call.audible_at(threshold=1000):  # the tones; the scripted voice is at 300
-        if at < since:
-            continue
-        if runs and at - runs[-1][1] <= TICK + 0.005:
-            runs[-1] = (runs[-1][0], at)
-        else:
-            runs.append((at, at))
-    return runs
+def tone_runs(audio: np.ndarray[Any, np.dtype[np.int16]]) -> list[tuple[int, int]]:
+    """(first, last) sample of each run of tone in ``audio``: samples over 1000 (the
+    scripted voice is at 300), runs split by 20 ms or more without one."""
+    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > 1000)
+    if loud.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(loud) > 160)
+    starts = np.concatenate(([loud[0]], loud[breaks + 1]))
+    ends = np.concatenate((loud[breaks], [loud[-1]]))
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 REPLY = "One moment, I am pressing the keys."
@@ -169,20 +168,25 @@ async def test_keys_play_after_the_queued_voice_decodable_in_order_with_their_pa
     assert detect_dtmf(heard[split:], RATE) == "12#"
     assert call.keys_heard() == "12#"
     assert np.abs(heard[:split]).max() < 1000  # the scripted voice (~300), no tone in it
-    # One burst per key; "w" kept half a second between 1 and 2, the usual gap before #.
-    tones_from = call.heard[0].at + voice - TICK
-    (one, two, pound) = bursts(call, tones_from)
-    assert two[0] - one[1] == pytest.approx(0.5 + TICK, abs=0.03)
-    assert pound[0] - two[1] == pytest.approx(0.07 + TICK, abs=0.03)
-    # send_dtmf returned once the far end had played the last key (the mark behind it
-    # echoed on the next tick), not when the tones were sent, a second earlier.
-    assert pound[1] <= returned <= pound[1] + 0.15
+    # One run of tone per key, in the audio as played: "w" kept half a second of silence
+    # between 1 and 2, the usual 70 ms gap before # (each tone has 5 ms ramps).
+    (one, two, pound) = tone_runs(heard[split:])
+    assert (two[0] - one[1]) / RATE == pytest.approx(0.5, abs=0.012)
+    assert (pound[0] - two[1]) / RATE == pytest.approx(0.07, abs=0.012)
+    # send_dtmf returned once the far end had played the last key (the mark behind it is
+    # echoed on the next tick), not when the tones were sent: their mark reached the far
+    # end long before they played.
+    last_tone = max(call.audible_at(threshold=1000))
+    first_tone = min(call.audible_at(threshold=1000))
+    tones_mark = next(t for t, name in call.marks_received if name.startswith("rjs-"))
+    assert last_tone <= returned <= last_tone + 0.3
+    assert returned - tones_mark >= 0.5
     # The tones were never the agent's voice: one speaking, over by the first key; the
     # transcript has the reply only, and the playback counted the voice's samples only.
     speaking = [t for t, s in served.states if s == "speaking"]
     assert len(speaking) == 1
     listening = next(t for t, s in served.states if s == "listening" and t > speaking[0])
-    assert listening <= one[0] + 0.1
+    assert listening <= first_tone + 0.25
     assert assistant_texts(served.session) == [REPLY]
 
 
