@@ -51,6 +51,7 @@ class StandInMedia:
         self.on_dead: Callable[[str], None] | None = None
         self.updates: list[tuple[str, int, int, str, int | None]] = []
         self.holds: list[bool] = []
+        self.keys: list[str] = []
         self.left: list[str] = []
         self.closed = False
 
@@ -85,7 +86,7 @@ class StandInMedia:
         self.holds.append(held)
 
     async def send_dtmf(self, digits: str) -> None:
-        return None
+        self.keys.append(digits)
 
     def client_left(self, reason: str) -> None:
         self.left.append(reason)

@@ -16,6 +16,7 @@ import pytest
 
 from rejoinder.io.admission import SessionGate
 from rejoinder.io.connection import Connection
+from rejoinder.io.sip import SipLine
 from rejoinder.io.telephony import TransferFailed
 
 from ._sip_support import SIPP, Entry, MediaFactory, run_sipp, running_endpoint
@@ -188,3 +189,18 @@ async def test_silent_media_and_closing_the_endpoint_send_our_bye() -> None:
     assert dead.returncode == 0, dead.errors
     assert closed.returncode == 0, closed.errors
     assert entry.ended == ["no RTP for 60 s", "server closing"]
+
+
+async def test_the_line_sends_keys_through_the_media() -> None:
+    entry, media = Entry(hang_up_after=0.5), MediaFactory()
+    async with running_endpoint(entry, media=media) as (_, port):
+        sipp = asyncio.ensure_future(run_sipp("we_hang_up.xml", port))
+        async with asyncio.timeout(5):
+            while not entry.conns:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        line = entry.conns[0].line
+        assert isinstance(line, SipLine) and line.call_id
+        await line.send_dtmf("12#")
+        result = await sipp
+    assert result.returncode == 0, result.errors
+    assert media.opened[0].keys == ["12#"]
