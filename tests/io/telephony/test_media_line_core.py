@@ -338,6 +338,14 @@ async def test_send_dtmf_plays_tones_and_a_cut_raises() -> None:
     assert phone.keys_sent == "9#"
 
 
+async def test_no_keys_once_the_call_ended() -> None:
+    line, phone = media_line()
+    line.out.close()
+    with pytest.raises(DTMFInterrupted, match="the call has ended"):
+        await phone.send_dtmf("1")
+    assert line.log == []
+
+
 # ----------------------------------------------------------------- the peer
 
 

@@ -92,6 +92,8 @@ class MediaStreamLine:
             raise ValueError(f"DTMF digits are 0-9, *, #, A-D, w and W; got {digits!r:.40}")
         if len(digits) > MAX_KEYS:
             raise ValueError(f"at most {MAX_KEYS} keys and pauses at once; got {len(digits)}")
+        if self._playback.closed:
+            raise DTMFInterrupted("the call has ended: no keys can be sent")
         from .keypad_tones import dtmf_tones  # numpy tables: only when keys are pressed
 
         rate = self._call.sample_rate
