@@ -107,3 +107,20 @@ def test_any_offer_is_answered_or_not_acceptable(lines: list[str]) -> None:
     except NotAcceptable:
         return
     assert chosen.codec in ("PCMU", "PCMA") and 0 < chosen.remote_port <= 65535
+
+
+def test_streams_besides_the_audio_are_refused_with_port_zero_in_order() -> None:
+    body = offer(
+        "m=video 5000 RTP/AVP 96", "a=rtpmap:96 VP8/90000", "m=audio 4000 RTP/AVP 0",
+        "m=audio 4002 RTP/AVP 8", "m=application 6000 UDP/BFCP *",
+    )  # fmt: skip
+    chosen = negotiate(parse_offer(body))
+    assert (chosen.remote_port, chosen.codec) == (4000, "PCMU")
+    text = answer_sdp(chosen, host="h", port=30000, session_id=1, version=1).decode()
+    m_lines = [line for line in text.splitlines() if line.startswith("m=")]
+    assert m_lines == [
+        "m=video 0 RTP/AVP 96",
+        "m=audio 30000 RTP/AVP 0",
+        "m=audio 0 RTP/AVP 8",
+        "m=application 0 UDP/BFCP *",
+    ]

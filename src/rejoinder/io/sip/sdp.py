@@ -60,6 +60,10 @@ class MediaOffer:
     session_id: str = ""
     """The ``o=`` session id: a re-INVITE with the same one and version repeats the offer."""
     session_version: str = ""
+    media_lines: tuple[str, ...] = ()
+    """Every ``m=`` line offered, in order: the answer has as many (§6)."""
+    audio_index: int = 0
+    """Which of them is the audio stream we take."""
 
     @property
     def on_hold(self) -> bool:
@@ -81,6 +85,8 @@ class Negotiated:
     """Our direction in the answer."""
     ptime: int = 20
     """What we send (the media side sends 20 ms packets whatever the caller prefers)."""
+    media_lines: tuple[str, ...] = ()
+    audio_index: int = 0
 
     @property
     def held(self) -> bool:
@@ -99,17 +105,20 @@ def parse_offer(body: bytes) -> MediaOffer:
     session_id = session_version = ""
     media: dict[str, object] | None = None
     audio: dict[str, object] | None = None
+    lines: list[str] = []
+    audio_index = 0
     for raw in text.splitlines():
         line = raw.strip()
         if len(line) < 2 or line[1] != "=":
             continue
         kind, value = line[0], line[2:].strip()
         if kind == "m":
-            if audio is not None:
-                break  # the first audio stream is ours; later streams are refused (port 0)
+            # the first audio stream is ours; the others are refused (port 0, §6)
             media = {"m": value, "rtpmap": {}, "fmtp": {}}
-            if value.startswith("audio "):
+            lines.append(value)
+            if audio is None and value.startswith("audio "):
                 audio = media
+                audio_index = len(lines) - 1
         elif kind == "o":
             fields = value.split()
             if len(fields) >= 3:
@@ -164,6 +173,8 @@ def parse_offer(body: bytes) -> MediaOffer:
         ptime=ptime if isinstance(ptime, int) else None,
         session_id=session_id,
         session_version=session_version,
+        media_lines=tuple(lines),
+        audio_index=audio_index,
     )
 
 
@@ -191,6 +202,8 @@ def negotiate(offer: MediaOffer) -> Negotiated:
                 remote_host=offer.host,
                 remote_port=offer.port,
                 direction=direction,
+                media_lines=offer.media_lines,
+                audio_index=offer.audio_index,
             )
     raise NotAcceptable("no PCMU or PCMA offered")
 
@@ -215,11 +228,18 @@ def answer_sdp(
     ]
     if negotiated.dtmf_payload_type is not None:
         pts.append(negotiated.dtmf_payload_type)
-    lines.append(f"m=audio {port} RTP/AVP {' '.join(map(str, pts))}")
-    lines.append(f"a=rtpmap:{negotiated.payload_type} {negotiated.codec}/8000")
-    if negotiated.dtmf_payload_type is not None:
-        lines.append(f"a=rtpmap:{negotiated.dtmf_payload_type} telephone-event/8000")
-        lines.append(f"a=fmtp:{negotiated.dtmf_payload_type} 0-16")
-    lines.append(f"a=ptime:{negotiated.ptime}")
-    lines.append(f"a={negotiated.direction}")
+    offered = negotiated.media_lines or ("audio",)
+    for index, line in enumerate(offered):
+        if index != negotiated.audio_index:
+            # a stream we refuse: port 0, its kind, transport and a format kept (§6)
+            fields = [*line.split(), "0", "RTP/AVP", "0"]  # (a short line padded)
+            lines.append(f"m={fields[0]} 0 {fields[2]} {fields[3]}")
+            continue
+        lines.append(f"m=audio {port} RTP/AVP {' '.join(map(str, pts))}")
+        lines.append(f"a=rtpmap:{negotiated.payload_type} {negotiated.codec}/8000")
+        if negotiated.dtmf_payload_type is not None:
+            lines.append(f"a=rtpmap:{negotiated.dtmf_payload_type} telephone-event/8000")
+            lines.append(f"a=fmtp:{negotiated.dtmf_payload_type} 0-16")
+        lines.append(f"a=ptime:{negotiated.ptime}")
+        lines.append(f"a={negotiated.direction}")
     return ("\r\n".join(lines) + "\r\n").encode("ascii")
