@@ -74,6 +74,7 @@ async def test_a_flood_is_cut_to_the_rate_limit() -> None:
         ({"username": "u"}, "both username and password"),
         ({"port": 70000}, "not a port"),
         ({"hangup_delay": -1}, "hangup_delay"),
+        ({"public_host": "sip.example.com"}, "must be an IP address"),
         ({"username": "u", "password": "p", "digest_algorithms": ("SHA-1",)}, "algorithms"),
     ],
 )

@@ -284,7 +284,6 @@ class SipCore:
             extra = [
                 ("Contact", dialog.contact),
                 ("Allow", ALLOW),
-                ("Supported", "replaces"),
                 *extra,
             ]
         if body:

@@ -27,10 +27,11 @@ class SipOptions:
     port: int = 5060
     """The UDP port (0: any free one; ``start`` returns it)."""
     public_host: str | None = None
-    """The address the trunk must reach us at, for Contact and SDP ``c=`` (an IP
-    address, or a name the trunk resolves). Needed behind NAT. Without it: the bind
-    address, or when bound to every interface, the local address the system routes
-    toward the caller (the interface its INVITE came in on, in a routed network)."""
+    """The IP address the trunk must reach us at, for Contact and SDP ``c=`` (an address,
+    not a name: phones do not resolve SDP's). Needed behind NAT (the RTP port range must
+    be forwarded too). Without it: the bind address, or when bound to every interface,
+    the local address the system routes toward the caller (the interface its INVITE came
+    in on, in a routed network)."""
     allow_from: tuple[str, ...] = LOOPBACK_ONLY
     """Networks whose requests are answered (CIDR strings); others get 403 and one log
     line. Loopback only by default: a SIP port open to the internet is scanned within
@@ -73,8 +74,13 @@ class SipOptions:
             raise ValueError("hangup_delay must not be negative")
         if self.media_timeout <= 0 or self.transfer_timeout <= 0:
             raise ValueError("media_timeout and transfer_timeout must be positive")
-        if self.public_host is not None and not self.public_host.strip():
-            raise ValueError("public_host is empty")
+        if self.public_host is not None:
+            try:
+                ipaddress.ip_address(self.public_host)
+            except ValueError:
+                raise ValueError(
+                    f"public_host must be an IP address (it goes in SDP), got {self.public_host!r}"
+                ) from None
         self.authority()
         self.rate_limiter()
 
