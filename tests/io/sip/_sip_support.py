@@ -102,9 +102,12 @@ class MediaFactory:
     """``open_media`` for the endpoint: stand-ins, kept for the test to look at."""
 
     delay: float = 0.0
+    fail: Exception | None = None
     opened: list[StandInMedia] = field(default_factory=list)
 
     async def __call__(self, **kwargs: Any) -> StandInMedia:
+        if self.fail is not None:
+            raise self.fail
         if self.delay:
             await asyncio.sleep(self.delay)  # a slow media open: room for a CANCEL
         counter = _Counter()

@@ -17,6 +17,7 @@ import pytest
 from rejoinder.io.admission import SessionGate
 from rejoinder.io.connection import Connection
 from rejoinder.io.sip import SipLine
+from rejoinder.io.sip.ports import NoFreePort
 from rejoinder.io.telephony import TransferFailed
 
 from ._sip_support import SIPP, Entry, MediaFactory, run_sipp, running_endpoint
@@ -204,3 +205,14 @@ async def test_the_line_sends_keys_through_the_media() -> None:
         result = await sipp
     assert result.returncode == 0, result.errors
     assert media.opened[0].keys == ["12#"]
+
+
+async def test_no_free_rtp_port_answers_503_and_releases_the_place() -> None:
+    entry = Entry()
+    gate: SessionGate[Connection] = SessionGate(max_sessions=1)
+    media = MediaFactory(fail=NoFreePort("no even port free in 10000-10010"))
+    async with running_endpoint(entry, gate=gate, media=media) as (_, port):
+        result = await run_sipp("draining.xml", port)  # a 503 with Retry-After
+        assert gate.refusal() is None  # the place the call held is free again
+    assert result.returncode == 0, result.errors
+    assert entry.conns == []

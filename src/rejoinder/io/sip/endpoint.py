@@ -293,7 +293,11 @@ class SipEndpoint:
         except Exception as exc:
             admission.release()
             logger.error("SIP call %s: the media did not open: %r", dialog.call_id, exc)
-            self._act(core.reject(dialog, 500, "Server Internal Error", self._now()))
+            if isinstance(exc, OSError):  # no free RTP port, too slow: try again later
+                retry = [("Retry-After", str(self.options.retry_after))]
+                self._act(core.reject(dialog, 503, "Service Unavailable", self._now(), retry))
+            else:
+                self._act(core.reject(dialog, 500, "Server Internal Error", self._now()))
             return
         if dialog.state != "offered":  # cancelled, or hung up, while the media opened
             admission.release()

@@ -56,7 +56,8 @@ class SipOptions:
     """Seconds between the agent hanging up and our BYE, so the caller's phone plays
     what its jitter buffer still holds of the last words."""
     retry_after: int = 30
-    """The ``Retry-After`` of the 503 sent while draining."""
+    """The ``Retry-After`` of the 503 sent while draining, or when a call's RTP cannot
+    be opened (no free port in the range, too slow)."""
     media: SipMediaOptions | None = None
     """The calls' RTP settings (port range, jitter buffer, silence timeout), passed to
     ``RtpCall.open``."""
