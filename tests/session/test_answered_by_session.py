@@ -11,6 +11,7 @@ import pytest
 
 import rejoinder as rj
 from rejoinder.session.hearing.answering import detect_answered_by, wait_answered_by
+from rejoinder.session.hearing.answering.listener import _Tap
 from rejoinder.testing import ScriptedLLM, advance, now
 
 from ._answering_audio import TUNED, assemble, machine, person, silence, speech
@@ -201,3 +202,59 @@ async def test_the_microphone_still_reaches_the_session_unchanged() -> None:
         assert [m.content for m in call.session.history.messages() if m.role == "user"] == ["hello"]
     finally:
         await call.aclose()
+
+
+# ------------------------------------------------------------ the line's wrapper
+
+
+class Line:
+    """A microphone that yields ``count`` frames of 20 ms, then ends or fails."""
+
+    def __init__(self, count: int, fail: Exception | None = None) -> None:
+        self.count, self.fail = count, fail
+        self.sample_rate = 8000
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for i in range(self.count):
+            await advance(0.02)
+            yield rj.AudioFrame(np.full(160, i, np.int16), 8000)
+        if self.fail is not None:
+            raise self.fail
+
+
+async def read_all(tap: _Tap) -> list[int]:
+    return [int(frame.data[0]) async for frame in tap]
+
+
+async def test_the_wrapper_passes_every_frame_in_order_and_sees_each_once() -> None:
+    seen: list[int] = []
+    tap = _Tap(Line(50), lambda f: seen.append(int(f.data[0])))
+    tap.start()
+    await advance(0.51)  # nobody reads yet: the wrapper reads the line all the same
+    assert seen == list(range(25))
+    assert await read_all(tap) == list(range(50))
+    assert seen == list(range(50))
+    assert tap.sample_rate == 8000  # the transport's own members show through
+
+
+async def test_the_lines_failure_reaches_the_sessions_reader() -> None:
+    tap = _Tap(Line(3, fail=ConnectionError("line dropped")), lambda f: None)
+    tap.start()
+    frames: list[int] = []
+
+    async def read() -> None:
+        async for frame in tap:
+            frames.append(int(frame.data[0]))
+
+    with pytest.raises(ConnectionError, match="line dropped"):
+        await read()
+    assert frames == [0, 1, 2]
+
+
+async def test_a_reader_that_never_comes_keeps_only_the_last_seconds() -> None:
+    tap = _Tap(Line(2000), lambda f: None)  # 40 s of line
+    tap.start()
+    await advance(41.0)
+    frames = await read_all(tap)
+    assert len(frames) == 1500  # 30 s
+    assert frames[-1] == 1999 and frames == sorted(frames)

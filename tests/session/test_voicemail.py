@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import rejoinder as rj
 from rejoinder.session.hearing.answering import LeaveVoicemail
 from rejoinder.testing import advance
 
@@ -189,3 +190,29 @@ def test_arguments_are_checked() -> None:
         LeaveVoicemail("  ")
     with pytest.raises(ValueError, match="beep_timeout"):
         LeaveVoicemail("hi", beep_timeout=-1)
+
+
+async def test_without_our_detector_the_quiet_is_the_sessions_vad() -> None:
+    """The provider said machine and never reports the beep: past ``beep_timeout`` the
+    message starts once the session's VAD has heard a second of quiet. (The reminder
+    comes in by a handoff here: the session's VAD hears nothing until its first agent
+    has entered, and a first agent waiting in on_enter keeps it deaf up to 5 s.)"""
+    agent = Outbound(beep_timeout=2.0)
+    call = await outbound(rj.Agent(instructions="dialing"), detect=False)
+    await advance(0.02)  # the first agent has entered (it has no on_enter)
+    call.session.update_agent(agent)
+    rng = np.random.default_rng(8)
+    words = speech(rng, 4.0, 8000, 150.0)
+    audio = assemble([(words, -24.0), (silence(20.0, 8000), 0.0)], 8000, -55.0, rng, phone=True)
+    greeting_end = words.shape[0] / 8000
+    try:
+        call.play(audio)
+        await advance(0.5)
+        call.session.push_answered_by("machine", source="provider")
+        await advance(greeting_end + 2.0 + MESSAGE_SECONDS)
+        assert agent.voicemail is not None and agent.voicemail.outcome == "after quiet"
+        ((start, _),) = call.played
+        # ScriptedVAD ends speech 0.3 s into the quiet; then a second of quiet.
+        assert greeting_end + 1.0 <= start <= greeting_end + 0.3 + 1.0 + 0.15
+    finally:
+        await call.aclose()

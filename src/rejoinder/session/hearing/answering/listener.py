@@ -74,6 +74,7 @@ class _Tap:
         self._queued = 0.0
         self._ready = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        self._failure: Exception | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # the transport's own members (sample_rate, ...)
@@ -91,6 +92,8 @@ class _Tap:
             async for frame in self.inner:
                 self._see(frame)
                 self._put(frame)
+        except Exception as exc:  # the transport's failure: the session's reader gets it
+            self._failure = exc
         finally:
             self._put(None)
 
@@ -113,6 +116,8 @@ class _Tap:
                 await self._ready.wait()
             frame = self._queue.popleft()
             if frame is None:
+                if self._failure is not None:
+                    raise self._failure
                 return
             self._queued -= frame.duration
             yield frame
