@@ -26,14 +26,17 @@ def options_request(branch: str) -> bytes:
     ).encode()
 
 
-async def exchange(port: int, datagrams: list[bytes], wait: float = 0.3) -> list[bytes]:
+async def exchange(
+    port: int, datagrams: list[bytes], wait: float = 0.3, host: str = "127.0.0.1"
+) -> list[bytes]:
     """Send ``datagrams`` from one socket; everything that came back within ``wait``."""
     loop = asyncio.get_running_loop()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.bind((host, 0))
         probe.setblocking(False)
         for data in datagrams:
-            probe.sendto(data, ("127.0.0.1", port))
+            probe.sendto(data, (host, port))
         answers: list[bytes] = []
         deadline = loop.time() + wait
         while (left := deadline - loop.time()) > 0:
@@ -81,3 +84,12 @@ async def test_a_flood_is_cut_to_the_rate_limit() -> None:
 def test_bad_options_are_refused_when_made(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SipOptions(**options)  # type: ignore[arg-type]
+
+
+async def test_ipv6_loopback_is_answered_and_other_ipv6_sources_are_not() -> None:
+    async with running_endpoint(Entry(), host="::1") as (_, port):
+        answers = await exchange(port, [options_request("v6")], host="::1")
+    assert [parse(a).status for a in answers] == [200]
+    async with running_endpoint(Entry(), host="::1", allow_from=("127.0.0.0/8",)) as (_, port):
+        answers = await exchange(port, [options_request("v6")], host="::1")
+    assert [parse(a).status for a in answers] == [403]
