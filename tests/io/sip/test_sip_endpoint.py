@@ -66,7 +66,7 @@ async def test_junk_is_dropped_logged_once_per_kind_and_the_endpoint_still_answe
 async def test_a_flood_is_cut_to_the_rate_limit() -> None:
     async with running_endpoint(Entry(), max_datagrams_per_second=20, burst=10) as (_, port):
         answers = await exchange(port, [options_request(str(i)) for i in range(60)])
-    assert 10 <= len(answers) <= 14  # the burst, and what refilled while they came
+    assert 10 <= len(answers) <= 20  # the burst, and what refilled while they came
 
 
 @pytest.mark.parametrize(
