@@ -89,6 +89,11 @@ TESTING_NAMES = [
     "GPTLiveServer",
     "OpenAIRealtimeServer",
     "OpenAIChatServer",
+    "FakePhoneCall",
+    "FakeTwilio",
+    "FakeTelnyx",
+    "FakePlivo",
+    "CallOutcome",
 ]
 
 MODEL_INTERFACES = ["LLM", "STT", "TTS", "VAD", "TextOutput", "RealtimeModel", "RealtimeSession"]

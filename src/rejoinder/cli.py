@@ -262,6 +262,53 @@ def _add_server_commands(commands: Any) -> None:
     dev.set_defaults(inspect=True)
     serve.set_defaults(reload=False)
     _add_ray_options(serve)
+    _add_call_command(commands)
+
+
+def _add_call_command(commands: Any) -> None:
+    """``rejoinder call NUMBER --agent FILE --telephony PROVIDER`` (``io.telephony.call_command``,
+    imported only when the command runs: it costs half a second)."""
+    call = commands.add_parser(
+        "call",
+        help="place a phone call with an agent file through Twilio, Telnyx or Plivo",
+        description="Serve FILE as `serve --telephony PROVIDER` does, place one call to NUMBER "
+        "through the provider's REST API, print its status as it changes and exit when it "
+        "ends: 0 answered and completed, 3 busy, 4 no answer, 1 failed, 2 bad usage. "
+        "Credentials come from the environment (TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN; "
+        "TELNYX_API_KEY, TELNYX_CONNECTION_ID and TELNYX_PUBLIC_KEY; PLIVO_AUTH_ID and "
+        "PLIVO_AUTH_TOKEN).",
+    )
+    call.add_argument("to", metavar="NUMBER", help="the number to call, E.164 (+15551234567)")
+    call.add_argument("--agent", required=True, metavar="FILE", help="the agent file")
+    call.add_argument("--telephony", required=True, choices=("twilio", "telnyx", "plivo"))
+    call.add_argument(
+        "--from",
+        dest="from_",
+        metavar="NUMBER",
+        help="the caller ID (default $<PROVIDER>_FROM_NUMBER, e.g. TWILIO_FROM_NUMBER)",
+    )
+    call.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the server's public base URL the provider reaches (a tunnel: https://abc.ngrok.app)",
+    )
+    call.add_argument(
+        "--no-machine-detection",
+        dest="machine_detection",
+        action="store_false",
+        help="do not ask the provider to detect answering machines",
+    )
+    call.add_argument(
+        "--ring-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="give up when nobody answers within SECONDS (default 30)",
+    )
+    call.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    call.add_argument(
+        "--port", type=_port, default=8000, help="port to bind (default 8000; 0 picks a free one)"
+    )
 
 
 def _add_ray_options(serve: argparse.ArgumentParser) -> None:
@@ -493,6 +540,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OUTPUT_CLOSED
     if args.command in ("dev", "serve"):
         return _run_server(args)
+    if args.command == "call":
+        from .io.telephony.call_command import run_call_command
+
+        return run_call_command(args)
     if args.script is not None and not os.path.isfile(args.script):
         print_error(f"script file not found: {args.script}")
         return 2

@@ -1,8 +1,10 @@
-"""Public test kit: scripted models, state timelines, in-memory sinks."""
+"""Public test kit: scripted models, state timelines, in-memory sinks, loopback servers
+that speak the providers' wire protocols, and fake phone calls and carriers."""
 
 from ..io.text import MemoryTextOutput
 from .anthropic_server import AnthropicServer
 from .assemblyai_server import AssemblyAIServer
+from .carriers import CallOutcome, FakePlivo, FakeTelnyx, FakeTwilio
 from .cartesia_server import CartesiaServer
 from .clock import advance, now
 from .deepgram_server import DeepgramServer
@@ -38,6 +40,7 @@ from .timeline import StateChange, StateTimeline
 __all__ = [
     "AnthropicServer",
     "AssemblyAIServer",
+    "CallOutcome",
     "CartesiaServer",
     "CutConnection",
     "DeepgramServer",
@@ -46,6 +49,9 @@ __all__ = [
     "ErrorReply",
     "Fail",
     "FakePhoneCall",
+    "FakePlivo",
+    "FakeTelnyx",
+    "FakeTwilio",
     "GPTLiveServer",
     "Gate",
     "GeminiLiveServer",
