@@ -6,8 +6,12 @@ within its bound so the agent speaks: ``unknown`` when nothing was decided."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rejoinder as rj
 from rejoinder.session.hearing.answering import detect_answered_by, wait_answered_by
@@ -170,7 +174,7 @@ async def test_without_a_detector_the_wait_takes_the_providers_answer() -> None:
 
 async def test_the_wait_returns_unknown_when_the_session_closes() -> None:
     call = await placed(detect=False)
-    waiting = __import__("asyncio").ensure_future(wait_answered_by(call.session, timeout=10))
+    waiting = asyncio.ensure_future(wait_answered_by(call.session, timeout=10))
     await advance(1.0)
     await call.aclose()
     await advance(0)
@@ -258,3 +262,64 @@ async def test_a_reader_that_never_comes_keeps_only_the_last_seconds() -> None:
     frames = await read_all(tap)
     assert len(frames) == 1500  # 30 s
     assert frames[-1] == 1999 and frames == sorted(frames)
+
+
+# ---------------------------------------------------------- the wait, at random
+
+answers = st.lists(
+    st.tuples(
+        st.integers(0, 40).map(lambda tenths: tenths / 10),
+        st.sampled_from(["human", "machine", "screening", "unknown"]),
+        st.sampled_from(["provider", "audio"]),
+        st.booleans(),
+    ),
+    max_size=5,
+)
+# The wait starts, and its bound ends, between the events' tenths: no two things at once.
+starts = st.integers(0, 30).map(lambda tenths: tenths / 10 + 0.05)
+bounds = st.integers(0, 30).map(lambda tenths: tenths / 10 + 0.025)
+
+
+def expected_answer(
+    events: list[tuple[float, str, str, bool]], asked: float, bound: float, detect: bool
+) -> tuple[str, float]:
+    """What ``wait_answered_by`` should return and when (seconds after the answer): a
+    decisive event ends it; an unknown from our detector ends it, as does any unknown
+    when no detector listens; events before the wait count only when a detector
+    listens (it records them)."""
+    for at, kind, source, _ in events:
+        ends = kind != "unknown" or source == "audio" or not detect
+        if not ends or (at < asked and not detect):
+            continue
+        if at > asked + bound:
+            break
+        return kind if kind != "unknown" else "unknown", max(at, asked)
+    return "unknown", asked + bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=answers, wait_from=starts, bound=bounds, detect=st.booleans())
+async def test_the_wait_returns_the_first_decisive_answer_or_unknown_in_time(
+    events: list[tuple[float, str, str, bool]], wait_from: float, bound: float, detect: bool
+) -> None:
+    session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM([]))
+    if detect:
+        detect_answered_by(session)
+    await session.start(rj.Agent(instructions="x"))
+    start = now()
+    timed = sorted(events, key=lambda e: e[0])
+
+    async def answer() -> None:
+        for at, kind, source, beep in timed:
+            await advance(start + at - now())
+            session.push_answered_by(kind, source=source, beep=beep)  # type: ignore[arg-type]
+
+    pushing = asyncio.ensure_future(answer())
+    try:
+        await advance(wait_from)
+        result = await wait_answered_by(session, timeout=bound)
+        kind, at = expected_answer(timed, wait_from, bound, detect)
+        assert (result, now() - start) == (kind, pytest.approx(at, abs=1e-6))
+    finally:
+        pushing.cancel()
+        await session.aclose()
