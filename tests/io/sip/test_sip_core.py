@@ -16,6 +16,7 @@ from rejoinder.io.sip.events import (
     CallConfirmed,
     CallEnded,
     CallOffered,
+    KeysPressed,
     MediaChanged,
     ReferAnswered,
     Send,
@@ -309,3 +310,24 @@ def test_a_required_extension_is_refused_420() -> None:
     (refusal,) = sent(out)
     assert refusal.status == 420 and refusal.get_all("Unsupported") == ["100rel", "timer"]
     assert not [o for o in out if isinstance(o, CallOffered)]
+
+
+def test_keys_sent_as_info_are_reported() -> None:
+    sip = core()
+    _, tag = answered(sip)
+    relay = request(
+        "INFO", branch="z9hG4bKi1", cseq=2, to_tag=tag, body="Signal=5\r\nDuration=160\r\n",
+        headers="Content-Type: application/dtmf-relay\r\n",
+    ).replace(b"Content-Type: application/sdp\r\n", b"")  # fmt: skip
+    out = sip.receive(relay, PEER, 1.0)
+    assert statuses(out) == [200]
+    assert [o.key for o in out if isinstance(o, KeysPressed)] == ["5"]
+    star = relay.replace(b"Signal=5", b"Signal=10").replace(b"z9hG4bKi1", b"z9hG4bKi2")
+    star = star.replace(b"CSeq: 2", b"CSeq: 3").replace(b"Length: 24", b"Length: 25")
+    assert [o.key for o in sip.receive(star, PEER, 1.1) if isinstance(o, KeysPressed)] == ["*"]
+    other = request("INFO", branch="z9hG4bKi3", cseq=4, to_tag=tag, body="hello")
+    assert statuses(sip.receive(other, PEER, 1.2)) == [415]
+    keepalive = request("INFO", branch="z9hG4bKi4", cseq=5, to_tag=tag)
+    assert statuses(sip.receive(keepalive, PEER, 1.3)) == [200]
+    stranger = request("INFO", branch="z9hG4bKi5", cseq=6, to_tag="nope")
+    assert statuses(sip.receive(stranger, PEER, 1.4)) == [481]

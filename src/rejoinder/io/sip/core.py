@@ -9,8 +9,9 @@ no clock: ``deadline`` says when ``poll`` has something to do.
 What it answers by itself: 100 Trying at once to an INVITE; 401 with a fresh nonce when
 digest credentials are required and missing or wrong (``stale`` when only the nonce
 expired); 403 to a source outside ``allow_from``; 488 to an offer without PCMU/PCMA;
-487 to an INVITE its CANCEL caught (and 200 to the CANCEL); 200 to BYE, OPTIONS and a
-transfer's NOTIFY; 200 with a new answer to a re-INVITE (hold, unhold, a new address);
+487 to an INVITE its CANCEL caught (and 200 to the CANCEL); 200 to BYE, OPTIONS, a
+transfer's NOTIFY and keys sent as INFO (``KeysPressed``; 415 to other INFO bodies);
+200 with a new answer to a re-INVITE (hold, unhold, a new address);
 420 to a request that requires an extension (100rel, session timers: we take none);
 481 to a request for a dialog it does not know; 482 to a merged (looped) INVITE; 483 when
 Max-Forwards ran out; 405 to methods it knows but does not take, 501 to others; 400 to a
@@ -37,6 +38,7 @@ from .events import (
     CallConfirmed,
     CallEnded,
     CallOffered,
+    KeysPressed,
     MediaChanged,
     Output,
     Send,
@@ -52,10 +54,8 @@ __all__ = ["ALLOW", "Network", "SipCore"]
 
 logger = logging.getLogger("rejoinder.io.sip")
 
-ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY"
-_KNOWN = frozenset(
-    {"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK", "UPDATE", "INFO", "REFER"}
-)
+ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY, INFO"
+_KNOWN = frozenset({"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK", "UPDATE", "REFER"})
 MAX_TRANSACTIONS = 5000
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -167,12 +167,14 @@ class SipCore:
         if method == "OPTIONS":
             headers = [("Allow", ALLOW), ("Accept", "application/sdp")]
             return self._answer(request, source, 200, "OK", now, headers=headers)
-        if method in ("BYE", "NOTIFY"):
+        if method in ("BYE", "NOTIFY", "INFO"):
             dialog = self._dialog_of(request)
             if dialog is None:
                 return self._answer(request, source, 481, "Call/Transaction Does Not Exist", now)
             if method == "BYE":
                 return self._on_bye(request, source, dialog, now)
+            if method == "INFO":
+                return self._on_info(request, source, dialog, now)
             return self._on_notify(request, source, dialog, now)
         if method in _KNOWN:
             return self._answer(
@@ -387,6 +389,24 @@ class SipCore:
         out.append(CallEnded(dialog, "call ended"))
         return out
 
+    def _on_info(
+        self, info: SipMessage, source: Address, dialog: Dialog, now: float
+    ) -> list[Output]:
+        """Keys as INFO (``application/dtmf-relay``'s ``Signal=5``, ``application/dtmf``);
+        an empty INFO is a keep-alive; any other body is not ours (415)."""
+        if not info.body.strip():
+            return self._answer(info, source, 200, "OK", now, to_tag=dialog.local_tag)
+        key = _info_key(info)
+        if key is None:
+            headers = [("Accept", "application/dtmf-relay, application/dtmf")]
+            return self._answer(
+                info, source, 415, "Unsupported Media Type", now, headers=headers,
+                to_tag=dialog.local_tag,
+            )  # fmt: skip
+        out = self._answer(info, source, 200, "OK", now, to_tag=dialog.local_tag)
+        out.append(KeysPressed(dialog, key))
+        return out
+
     def _on_notify(
         self, notify: SipMessage, source: Address, dialog: Dialog, now: float
     ) -> list[Output]:
@@ -504,6 +524,28 @@ def _offer_of(invite: SipMessage) -> MediaOffer:
 def _media_of(sdp: bytes) -> Address:
     offer = parse_offer(sdp)
     return offer.host, offer.port
+
+
+_KEYS = "0123456789*#ABCD"
+
+
+def _info_key(info: SipMessage) -> str | None:
+    kind = (info.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    text = info.body.decode("utf-8", "replace")
+    if kind == "application/dtmf-relay":
+        fields = dict(
+            (name.strip().lower(), value.strip())
+            for name, _, value in (line.partition("=") for line in text.splitlines())
+        )
+        signal = fields.get("signal", "")
+    elif kind == "application/dtmf":
+        signal = text.strip()
+    else:
+        return None
+    if signal in ("10", "11", "12", "13", "14", "15"):  # event codes for * # A-D (RFC 4733)
+        return _KEYS[int(signal)]
+    signal = signal.upper()
+    return signal if len(signal) == 1 and signal in _KEYS else None
 
 
 def _sipfrag_status(body: bytes) -> int | None:

@@ -32,6 +32,7 @@ from .events import (
     CallCancelled,
     CallEnded,
     CallOffered,
+    KeysPressed,
     MediaChanged,
     Output,
     ReferAnswered,
@@ -262,6 +263,8 @@ class SipEndpoint:
                 call.refer_answer.set_result(event.status)
         elif isinstance(event, TransferNotified) and call is not None:
             call.notified.put_nowait((event.status, event.final))
+        elif isinstance(event, KeysPressed) and call is not None:
+            call.media.connection.keypad(event.key)
 
     def _offered(self, dialog: Dialog, negotiated: Negotiated) -> None:
         core = self._core

@@ -13,6 +13,7 @@ __all__ = [
     "CallEnded",
     "CallOffered",
     "Event",
+    "KeysPressed",
     "MediaChanged",
     "Output",
     "ReferAnswered",
@@ -75,6 +76,15 @@ class TransferNotified:
     final: bool
 
 
+@dataclass(frozen=True, slots=True)
+class KeysPressed:
+    """A key the caller pressed, sent as SIP INFO (a PBX set to INFO DTMF) rather than
+    in the RTP (RFC 4733, the media's)."""
+
+    dialog: Dialog
+    key: str
+
+
 Event = (
     CallOffered
     | CallConfirmed
@@ -83,5 +93,6 @@ Event = (
     | MediaChanged
     | ReferAnswered
     | TransferNotified
+    | KeysPressed
 )
 Output = Send | Event
