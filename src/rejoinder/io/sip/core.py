@@ -31,6 +31,7 @@ import ipaddress
 import logging
 from collections.abc import Callable, Sequence
 
+from .bodies import info_key, media_of, offer_of, sipfrag_status
 from .dialog import Address, Dialog
 from .digest import DigestAuthority
 from .events import (
@@ -47,7 +48,7 @@ from .events import (
 from .message import SipMessage, SipParseError, new_tag, parse, response_to
 from .outgoing import OutgoingRequests
 from .ratelimit import LogThrottle, RateLimiter
-from .sdp import MediaOffer, Negotiated, NotAcceptable, answer_sdp, negotiate, parse_offer
+from .sdp import Negotiated, NotAcceptable, answer_sdp, negotiate
 from .transactions import ServerTransaction, Timers
 
 __all__ = ["ALLOW", "Network", "SipCore"]
@@ -210,7 +211,7 @@ class SipCore:
                 headers = [("WWW-Authenticate", value) for value in challenge]
                 return self._answer(invite, source, 401, "Unauthorized", now, headers=headers)
         try:
-            offer = _offer_of(invite)
+            offer = offer_of(invite)
             negotiated = negotiate(offer)
         except NotAcceptable as exc:
             self._log.warn(
@@ -347,7 +348,7 @@ class SipCore:
         if not invite.body:  # no offer: ours again, unchanged (§14.2)
             return self._final(dialog, invite, transaction, 200, "OK", now, body=dialog.answer_sdp)
         try:
-            offer = _offer_of(invite)
+            offer = offer_of(invite)
             negotiated = negotiate(offer)
         except NotAcceptable as exc:  # the call goes on as it was (§14.2)
             return self._final(
@@ -365,7 +366,7 @@ class SipCore:
         ):
             dialog.sdp_version += 1
         dialog.offer = offer
-        media = _media_of(dialog.answer_sdp)
+        media = media_of(dialog.answer_sdp)
         dialog.answer_sdp = answer_sdp(
             negotiated,
             host=media[0],
@@ -396,7 +397,7 @@ class SipCore:
         an empty INFO is a keep-alive; any other body is not ours (415)."""
         if not info.body.strip():
             return self._answer(info, source, 200, "OK", now, to_tag=dialog.local_tag)
-        key = _info_key(info)
+        key = info_key(info)
         if key is None:
             headers = [("Accept", "application/dtmf-relay, application/dtmf")]
             return self._answer(
@@ -414,7 +415,7 @@ class SipCore:
         if event != "refer":
             return self._answer(notify, source, 489, "Bad Event", now, to_tag=dialog.local_tag)
         out = self._answer(notify, source, 200, "OK", now, to_tag=dialog.local_tag)
-        status = _sipfrag_status(notify.body)
+        status = sipfrag_status(notify.body)
         state = (notify.get("Subscription-State") or "").lower()
         if status is not None:
             final = status >= 200 or state.startswith("terminated")
@@ -512,47 +513,6 @@ def _transaction_key(request: SipMessage, method: str | None = None) -> str:
     if branch.startswith("z9hG4bK"):
         return f"{branch}|{kind}"
     return f"{request.call_id}|{request.cseq[0]}|{request.from_tag}|{kind}"
-
-
-def _offer_of(invite: SipMessage) -> MediaOffer:
-    kind = (invite.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-    if not invite.body or kind != "application/sdp":
-        raise NotAcceptable("an INVITE without an SDP offer is not supported")
-    return parse_offer(invite.body)
-
-
-def _media_of(sdp: bytes) -> Address:
-    offer = parse_offer(sdp)
-    return offer.host, offer.port
-
-
-_KEYS = "0123456789*#ABCD"
-
-
-def _info_key(info: SipMessage) -> str | None:
-    kind = (info.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-    text = info.body.decode("utf-8", "replace")
-    if kind == "application/dtmf-relay":
-        fields = dict(
-            (name.strip().lower(), value.strip())
-            for name, _, value in (line.partition("=") for line in text.splitlines())
-        )
-        signal = fields.get("signal", "")
-    elif kind == "application/dtmf":
-        signal = text.strip()
-    else:
-        return None
-    if signal in ("10", "11", "12", "13", "14", "15"):  # event codes for * # A-D (RFC 4733)
-        return _KEYS[int(signal)]
-    signal = signal.upper()
-    return signal if len(signal) == 1 and signal in _KEYS else None
-
-
-def _sipfrag_status(body: bytes) -> int | None:
-    first = body.decode("utf-8", "replace").strip().split("\n", 1)[0].split()
-    if len(first) >= 2 and first[0] == "SIP/2.0" and first[1].isdigit():
-        return int(first[1])
-    return None
 
 
 def _host_port(host: str, port: int) -> str:
