@@ -10,9 +10,37 @@
   the message uninterrupted, and hangs up once it was heard.
 """
 
-from .detector import AnsweredByDetector, DetectorOptions, Verdict
-from .listener import AnsweredByListener, detect_answered_by, more_specific, wait_answered_by
-from .voicemail import LeaveVoicemail, Voicemail
+from typing import TYPE_CHECKING
+
+from ...._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .detector import AnsweredByDetector, DetectorOptions, Verdict
+    from .listener import (
+        AnsweredByListener,
+        detect_answered_by,
+        more_specific,
+        wait_answered_by,
+    )
+    from .voicemail import LeaveVoicemail, Voicemail
+
+# The detector needs numpy; waiting for a provider's answer or leaving a voicemail on a
+# provider's beep does not: each name loads its own module on first use.
+__getattr__ = lazy_names(
+    __name__,
+    globals(),
+    {
+        "AnsweredByDetector": ".detector",
+        "DetectorOptions": ".detector",
+        "Verdict": ".detector",
+        "AnsweredByListener": ".listener",
+        "detect_answered_by": ".listener",
+        "more_specific": ".listener",
+        "wait_answered_by": ".listener",
+        "LeaveVoicemail": ".voicemail",
+        "Voicemail": ".voicemail",
+    },
+)
 
 __all__ = [
     "AnsweredByDetector",

@@ -34,12 +34,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...events import AnsweredBy, AnsweredByEvent, SessionStartedEvent, UserInputTranscribedEvent
-from .detector import AnsweredByDetector, DetectorOptions, Verdict
 
 if TYPE_CHECKING:
     from ....models.audio import AudioFrame
     from ...agents.agent import Agent
     from ...public_session import PublicSession
+    from .detector import AnsweredByDetector, DetectorOptions, Verdict
 
     Session = PublicSession[Agent]
 
@@ -128,7 +128,7 @@ class AnsweredByListener:
 
     def __init__(self, session: Session, options: DetectorOptions | None = None) -> None:
         self.session = session
-        self.options = options or DetectorOptions()
+        self.options = options
         self.detector: AnsweredByDetector | None = None
         self.events: list[AnsweredByEvent] = []
         """Every ``answered_by`` event of the session since this was attached."""
@@ -165,6 +165,8 @@ class AnsweredByListener:
     # ---------------------------------------------------------------- wiring
 
     def _started(self, event: SessionStartedEvent) -> None:
+        from .detector import AnsweredByDetector  # numpy: only once a call is listened to
+
         self.detector = AnsweredByDetector(event.created_at, self.options)
         microphone = self.session.input.audio
         if microphone is not None:
