@@ -43,7 +43,9 @@ class SipOptions:
     realm: str = "rejoinder"
     nonce_ttl: float = 300.0
     digest_algorithms: tuple[str, ...] = ("SHA-256", "MD5")
-    """Offered in this order (one challenge each); SIPp and many trunks know only MD5."""
+    """Offered in this order, one challenge each (RFC 8760: the caller takes the first it
+    knows). A caller that answers only the first challenge and knows only MD5 (SIPp
+    does so) needs ``("MD5",)``."""
     timers: Timers = field(default_factory=Timers)
     max_datagrams_per_second: float = 200.0
     """Per source address, sustained (a busy trunk sends a few dozen)."""
