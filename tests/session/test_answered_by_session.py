@@ -323,3 +323,20 @@ async def test_the_wait_returns_the_first_decisive_answer_or_unknown_in_time(
     finally:
         pushing.cancel()
         await session.aclose()
+
+
+async def test_a_finished_session_and_its_listener_are_freed() -> None:
+    import gc
+
+    from rejoinder.session.hearing.answering import listener
+
+    call = PlacedCall()
+    await call.start(rj.Agent(instructions="quiet"))
+    call.play(person(1, TUNED).audio)
+    await advance(3.0)
+    assert call.kinds() == [("human", "audio", False)]
+    await call.aclose()
+    before = len(listener._listeners)
+    del call
+    gc.collect()
+    assert len(listener._listeners) == before - 1

@@ -127,7 +127,9 @@ class AnsweredByListener:
     """One session's detector, wired: see the module's docstring."""
 
     def __init__(self, session: Session, options: DetectorOptions | None = None) -> None:
-        self.session = session
+        # Weakly: the registry maps each session to its listener weakly, and a listener
+        # holding its session would keep both alive for the life of the process.
+        self._session = weakref.ref(session)
         self.options = options
         self.detector: AnsweredByDetector | None = None
         self.events: list[AnsweredByEvent] = []
@@ -143,6 +145,13 @@ class AnsweredByListener:
         session.on("close", self._closed)
 
     # ---------------------------------------------------------------- reading
+
+    @property
+    def session(self) -> Session:
+        session = self._session()
+        if session is None:
+            raise RuntimeError("the session is gone")
+        return session
 
     def decision(self) -> AnsweredBy | None:
         """The first decisive answer (``human``, ``machine``, ``screening``) of any
