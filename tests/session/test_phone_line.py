@@ -109,3 +109,27 @@ async def test_a_transfer_that_raises_closes_failed_and_the_error_goes_on(
     await advance(0.1)
     assert h.session.agent_state == "listening"
     assert h.session.owed() == []
+
+
+async def test_a_completed_transfer_ends_the_session_without_a_listening_between(
+    make_session: MakeSession,
+) -> None:
+    h = await session(make_session)
+    closed: list[str] = []
+    h.session.on("close", lambda e: closed.append(e.reason))
+    states: list[tuple[str, bool]] = []
+    h.session.on(
+        "agent_state_changed",
+        lambda e: states.append((e.new_state, h.session._is_closing())),
+    )
+    await advance(1.0)
+    began = now()
+    with h.session.transferring("+15550001111") as outcome:
+        await advance(0.3)
+        outcome.value = "transferred"
+    await advance(0.5)
+    assert closed == ["transferred"]
+    # listening before; thinking while the caller was handed over; then only the close's
+    # own end: never a listening that claims the agent waits for a caller who has left
+    assert h.timeline.agent_states(since=began) == ["listening", "thinking", "listening"]
+    assert states[-2:] == [("thinking", False), ("listening", True)]  # the end is the close

@@ -360,8 +360,8 @@ class Connection:
 
     async def transfer(self, target: str) -> None:
         """Hand the caller to ``target`` (``"+15551234567"`` or a ``sip:`` URI): a cold
-        transfer. The agent reports ``thinking`` meanwhile; once the provider took the
-        call over, the session ends with the reason ``"transferred"``. Raises
+        transfer. The agent reports ``thinking`` meanwhile, until the session ends (with
+        the reason ``"transferred"``) once the provider took the call over. Raises
         ``TransferFailed`` (the call stays with the agent) or ``RuntimeError`` when this
         is not a phone call or its session is not running."""
         line, session = self.line, self.session

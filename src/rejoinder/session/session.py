@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from ..floor import SESSION_OWNER, AgentState, Floor, ObligationKind, UserState
+from ..floor import SESSION_OWNER, AgentState, Floor, Obligation, ObligationKind, UserState
 from ..models import LLM, ChatContext, ImageContent, is_realtime_model
 from ..models.chat import new_id
 from ..models.claims import ModelClaims
@@ -151,6 +151,8 @@ class AgentSession(Generic[Userdata]):
         """This session's claim on its models, from start to close (the last closes them)."""
         self._close_reason: str | None = None
         self._shutdown: asyncio.Task[None] | None = None
+        self._transferred: Obligation | None = None
+        """A transfer that handed the caller over: closed as the session closes."""
 
     # -------------------------------------------------------------- reading
 
@@ -386,6 +388,8 @@ class AgentSession(Generic[Userdata]):
             self._root.cancel()
             await ctx.bounded(asyncio.wait((self._root,)), "closing the session")
         if self._turn_state_ is not None:
+            if self._transferred is not None:
+                self._turn_state_.close(self._transferred, "transferred")
             self._turn_state_.close_all()
             self._turn_state_.shutdown()
         await self._models.release(self.options.close_timeout)
@@ -591,7 +595,16 @@ class AgentSession(Generic[Userdata]):
         except BaseException:
             self._turn_state.close(ob, "failed")
             raise
-        self._turn_state.close(ob, outcome.value)
+        if outcome.value != "transferred":
+            self._turn_state.close(ob, outcome.value)
+            return
+        # The caller is gone: the session ends. The obligation stays open into the close
+        # (closed there, last), so no `listening` is reported between the hand-over and
+        # the end, as if the agent waited for a caller who left.
+        self._transferred = ob
+        self._close_reason = self._close_reason or "transferred"
+        if self._close_task is None:
+            self._begin_close()
 
     # ------------------------------------------------------------- internal
 
