@@ -39,6 +39,7 @@ from rejoinder.io import Connection
 from rejoinder.models import ChatContext, FunctionCallOutput, Transcript
 from rejoinder.models.audio import AudioFrame
 from rejoinder.testing import (
+    MenuNode,
     ScriptedLLM,
     ScriptedSTT,
     ScriptedTTS,
@@ -46,7 +47,6 @@ from rejoinder.testing import (
     ToolCall,
     speech_frame,
 )
-from rejoinder.testing.phone import MenuNode
 
 INSTRUCTIONS = (
     "You are on a phone call with an automated phone menu, on behalf of a customer. Your "

@@ -29,7 +29,7 @@ from .openai_chat_server import (
     StreamReply,
 )
 from .openai_realtime_server import OpenAIRealtimeServer
-from .phone import FakePhoneCall, Heard
+from .phone import FakePhoneCall, Heard, MenuNode
 from .scripted_audio import ScriptedSTT, ScriptedVAD, speech_frame
 from .scripted_interruption import OnsetCall, ScriptedInterruptionDetector
 from .scripted_llm import Delay, Fail, Gate, ScriptedCall, ScriptedLLM, ToolCall
@@ -60,6 +60,7 @@ __all__ = [
     "MemoryAudioInput",
     "MemoryAudioOutput",
     "MemoryTextOutput",
+    "MenuNode",
     "OnsetCall",
     "OpenAIAudioServer",
     "OpenAIChatServer",
