@@ -24,7 +24,7 @@ from .carriers.plivo import PlivoCalls
 from .carriers.telnyx import TelnyxCalls
 from .carriers.twilio import TwilioCalls
 from .dialects import DIALECTS, PLIVO, TELNYX, TWILIO, CallInfo, Dialect
-from .line import PhoneLine, TransferFailed
+from .line import PhoneLine, TransferFailed, WarmTransferLine
 from .marks import MarkedPlayback
 from .media_line import DTMFInterrupted, MediaStreamLine
 from .outbound import OutboundCall, dial
@@ -54,6 +54,7 @@ __all__ = [
     "TelnyxCalls",
     "TransferFailed",
     "TwilioCalls",
+    "WarmTransferLine",
     "WebhookSecrets",
     "add_telephony_routes",
     "dial",

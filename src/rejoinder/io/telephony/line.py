@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["PhoneLine", "TransferFailed"]
+__all__ = ["PhoneLine", "TransferFailed", "WarmTransferLine"]
 
 
 class TransferFailed(RuntimeError):
@@ -28,4 +28,17 @@ class PhoneLine(Protocol):
         """Hand the caller to ``target`` (a phone number in E.164 form or a ``sip:`` URI)
         and return once the provider took it over; raise ``TransferFailed`` otherwise.
         The caller leaves the agent: the transport ends the session afterwards."""
+        ...
+
+
+class WarmTransferLine(PhoneLine, Protocol):
+    """A line that can also hand the caller over warm (the provider can call a person
+    and join two calls)."""
+
+    async def warm_transfer(self, target: str, *, summary: str, ring_timeout: float) -> bool:
+        """Call ``target`` while the caller hears hold audio; when a person answers,
+        brief them with ``summary``, then join the caller to them and return True. When
+        nobody answers within ``ring_timeout`` (busy, voicemail, a failure), stop the
+        hold audio, hang up that call and return False: the caller is still with the
+        agent. Raises ``TransferFailed`` only when the transfer could not be tried."""
         ...
