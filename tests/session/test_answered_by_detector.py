@@ -170,6 +170,53 @@ def test_unknown_three_seconds_after_they_first_spoke_when_nothing_fits() -> Non
     assert 0.5 + 3.0 - 0.05 <= verdicts[0].at <= 0.5 + 3.0 + 0.1
 
 
+def run_in_bursts(call: SynthCall, frames: int) -> list[Verdict]:
+    """``call`` as a jittery network delivers it: ``frames`` frames of 20 ms at once,
+    when the last of them was captured."""
+    detector = AnsweredByDetector(0.0)
+    step = round(0.02 * call.rate) * frames
+    verdicts: list[Verdict] = []
+    for start in range(0, call.audio.shape[0], step):
+        burst = call.audio[start : start + step]
+        now = (start + burst.shape[0]) / call.rate
+        for i in range(0, burst.shape[0], step // frames):
+            chunk = burst[i : i + step // frames]
+            verdicts += detector.push(AudioFrame(chunk, call.rate), now)
+    return verdicts
+
+
+@pytest.mark.parametrize("frames", [5, 15])
+def test_bursts_of_frames_decide_as_the_steady_line_does(frames: int) -> None:
+    """The rules run on sample positions: a burst does not shrink the pauses in it."""
+    for call in (person(1, TUNED), machine(1, TUNED), person(3, TUNED, 16000)):
+        # A second of the idle line first: the first burst's own lateness cannot be told
+        # (its frames are stamped when it came), and it falls on silence.
+        lead = np.zeros(call.rate, np.int16)
+        call = SynthCall(call.kind, np.concatenate((lead, call.audio)), call.rate, None, 0.0)
+        steady, bursty = run(call), run_in_bursts(call, frames)
+        assert [v.label for v in bursty] == [v.label for v in steady]
+        for a, b in zip(steady, bursty, strict=True):
+            assert abs(a.at - b.at) <= 0.021
+
+
+def test_a_line_that_sends_nothing_for_a_while_was_quiet() -> None:
+    """A "hello?", then no frames at all for 1.5 s (a transport that sends nothing in
+    silence): the next frame finds a person who said a word and waited."""
+    hello = person(2, TUNED)
+    said = round((0.6 + hello.spoke_for) * 8000)
+    detector = AnsweredByDetector(0.0)
+    verdicts: list[Verdict] = []
+    for start in range(0, said, 160):
+        verdicts += detector.push(
+            AudioFrame(hello.audio[start : start + 160], 8000), (start + 160) / 8000
+        )
+    assert verdicts == []
+    later = said / 8000 + 1.5
+    verdicts += detector.push(AudioFrame(np.zeros(160, np.int16), 8000), later)
+    assert [v.answered_by for v in verdicts] == ["human"]
+    assert verdicts[0].at == pytest.approx(later, abs=0.03)
+
+
 def test_due_alone_decides_when_frames_stop_coming() -> None:
     detector = AnsweredByDetector(0.0)
     assert detector.next_deadline() == 5.0

@@ -83,6 +83,7 @@ as regular expressions over the lowercased transcript."""
 
 _SCREENING = re.compile("|".join(f"(?:{p})" for p in SCREENING_PHRASES))
 _HOP = 0.02  # one window every 20 ms
+_GAP = 0.5  # frames this late are a gap in the audio (nothing sent), not network jitter
 _FLOOR_WINDOWS = 75  # the noise floor: the quietest window of the last 1.5 s
 _TONE_DRIFT, _TONE_DRIFT_SHARE = 6.0, 0.005  # how far a beep's pitch may wander a window
 
@@ -142,6 +143,8 @@ class AnsweredByDetector:
         self.last_voice: float | None = None
         """Loop time the callee's voice was last heard (``None``: never)."""
         self._rate = 0
+        self._origin = answered_at  # loop time of the first sample at this rate
+        self._position = 0  # samples analysed since then
         self._pending: npt.NDArray[np.float64] = np.zeros(0)
         self._previous: npt.NDArray[np.float64] = np.zeros(0)  # the last hop, for 40 ms
         self._recent_db: deque[float] = deque(maxlen=_FLOOR_WINDOWS)
@@ -198,21 +201,34 @@ class AnsweredByDetector:
         return self._decide("screening", now, f'"{found.group(0)}"')
 
     def push(self, frame: AudioFrame, now: float) -> list[Verdict]:
-        """A frame of the callee's audio that arrived at ``now`` (its last sample's time)."""
+        """A frame of the callee's audio that arrived at ``now`` (its last sample's time).
+
+        The rules measure the audio by its samples, not by when frames arrived: a burst
+        of frames held up by the network would otherwise shrink the pauses in it. The
+        samples are placed on the loop clock from the first frame of each rate on; a
+        line that sent nothing for over ``_GAP`` seconds was quiet that long."""
         out = self.due(now)
         if self.finished or now - self.answered_at > self.options.listen_for:
             return out
+        samples = frame_samples(frame)
         if frame.sample_rate != self._rate:
             self._rate = frame.sample_rate
             self._pending = self._previous = np.zeros(0)
-        samples = frame_samples(frame)
+            self._origin, self._position = now - samples.shape[0] / self._rate, 0
+        else:
+            heard = self._position + self._pending.shape[0] + samples.shape[0]
+            lag = now - (self._origin + heard / self._rate)
+            if lag > _GAP:
+                self._origin += lag  # the line sent nothing for a while: that was quiet
+            elif lag < 0:
+                self._origin += lag  # captured earlier than thought (the first was late)
         if self._pending.shape[0]:
             samples = np.concatenate((self._pending, samples))
         hop = max(1, round(_HOP * self._rate))
         whole = samples.shape[0] - samples.shape[0] % hop
         for start in range(0, whole, hop):
-            # The window's end, on the loop clock: the frame's last sample arrived at now.
-            end = now - (samples.shape[0] - start - hop) / self._rate
+            self._position += hop
+            end = min(now, self._origin + self._position / self._rate)
             out += self._window(samples[start : start + hop], end)
             if self.finished:
                 break
