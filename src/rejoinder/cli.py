@@ -469,11 +469,24 @@ def _run_server(args: argparse.Namespace) -> int:
         inspect=args.inspect,
         public_url=args.public_url,
         twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,
+        telnyx_public_key=os.environ.get("TELNYX_PUBLIC_KEY") or None,
+        plivo_auth_token=os.environ.get("PLIVO_AUTH_TOKEN") or None,
+        call_credentials=_call_credentials(),
     )
     try:
         return asyncio.run(run_server(options))
     except KeyboardInterrupt:  # Ctrl-C while the agent file was still loading
         return 130
+
+
+def _call_credentials() -> dict[str, str]:
+    """The phone providers' REST credentials set in the environment (names only from
+    ``CALL_CONTROL_CREDENTIALS``: nothing else of the environment is passed on)."""
+    names = {
+        "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TELNYX_API_KEY", "TELNYX_CONNECTION_ID",
+        "TELNYX_PUBLIC_KEY", "PLIVO_AUTH_ID", "PLIVO_AUTH_TOKEN",
+    }  # fmt: skip
+    return {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
 
 
 def _run_ray(args: argparse.Namespace) -> int:

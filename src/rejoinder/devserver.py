@@ -29,7 +29,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -81,6 +81,12 @@ class ServerOptions:
     """Phone providers whose webhooks and media sockets to serve."""
     public_url: str | None = None
     twilio_auth_token: str | None = field(default=None, repr=False)
+    telnyx_public_key: str | None = field(default=None, repr=False)
+    plivo_auth_token: str | None = field(default=None, repr=False)
+    call_credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The providers' REST credentials (``TWILIO_ACCOUNT_SID``...: see
+    ``rejoinder.io.telephony.environment``): with them, the calls streamed in can be
+    transferred."""
     resume_grace: float = DEFAULT_GRACE
     """Seconds a session whose client dropped waits for it to resume (0: off)."""
     sip: Any = None
@@ -204,6 +210,7 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         _error(command, f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
         return EXIT_FAILED
     port = _bound_port(runner, options.port)
+    controls = _call_controls(app, options, port)
     sip = None
     if options.sip is not None:
         from .io.sip import SipEndpoint
@@ -253,6 +260,8 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
         if sip is not None:
             await sip.aclose()  # BYE to calls still up (the drain ended their sessions)
         await runner.cleanup()
+        for control in controls:
+            await control.aclose()
         from .models.claims import close_shared
 
         await close_shared()
@@ -294,8 +303,25 @@ def _phone(options: ServerOptions) -> Any:
     if options.public_url is not None:
         stream_url_for(options.public_url, options.public_url)  # a bad URL fails now
     return TelephonyOptions(
-        public_url=options.public_url, twilio_auth_token=options.twilio_auth_token
+        public_url=options.public_url,
+        twilio_auth_token=options.twilio_auth_token,
+        telnyx_public_key=options.telnyx_public_key,
+        plivo_auth_token=options.plivo_auth_token,
     )
+
+
+def _call_controls(app: Any, options: ServerOptions, port: int) -> list[Any]:
+    """Each provider's call control from its credentials, handed to the phone service
+    (once the port is known: Plivo fetches a transfer's instructions from this server)."""
+    if not options.telephony or not options.call_credentials:
+        return []
+    from .io.telephony import TELEPHONY
+    from .io.telephony.environment import controls_from_env
+
+    public = options.public_url or _url(options.host, port)
+    controls = controls_from_env(options.telephony, options.call_credentials, public_url=public)
+    app[TELEPHONY].controls.update(controls)
+    return list(controls.values())
 
 
 def _bound_port(runner: Any, default: int) -> int:

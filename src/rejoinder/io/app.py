@@ -54,7 +54,7 @@ from .websocket import WebSocketOptions, websocket_handler
 
 if TYPE_CHECKING:
     from .resume import ResumeRegistry
-    from .telephony import TelephonyOptions
+    from .telephony import CallControl, TelephonyOptions
 
 __all__ = ["GATE", "METRICS", "RESUME", "WEBRTC", "create_app", "webrtc_unavailable"]
 
@@ -90,6 +90,7 @@ def create_app(
     gate: SessionGate[Connection] | None = None,
     telephony: Sequence[str] = (),
     telephony_options: TelephonyOptions | None = None,
+    telephony_controls: Mapping[str, CallControl] | None = None,
     inspect: bool = False,
     metrics_labels: Mapping[str, str] | None = None,
     resume_grace: float = DEFAULT_GRACE,
@@ -101,7 +102,9 @@ def create_app(
     ``POST /api/offer`` when the extra is installed, ``False`` never, a
     ``rejoinder.io.webrtc.WebRTCOptions`` always (with those options). ``page``: serve
     the browser page at ``GET /``. ``telephony``: phone providers to serve (``"twilio"``,
-    ``"telnyx"``, ``"plivo"``), with ``telephony_options``. ``inspect``: mount
+    ``"telnyx"``, ``"plivo"``), with ``telephony_options``; ``telephony_controls``: each
+    provider's call control (``TwilioCalls``...), for transfers of the calls streamed in
+    (``rejoinder.io.telephony.environment`` reads them from the environment). ``inspect``: mount
     ``GET /sessions`` (what each live session owes, and its timeline; see
     ``rejoinder.io.inspect``). ``metrics_labels``: constant labels on every ``/metrics``
     sample (``{"replica": ...}``). ``resume_grace``: seconds a session whose client
@@ -137,7 +140,12 @@ def create_app(
         from .telephony import add_telephony_routes
 
         add_telephony_routes(
-            app, entrypoint, gate=gate, providers=telephony, options=telephony_options
+            app,
+            entrypoint,
+            gate=gate,
+            providers=telephony,
+            options=telephony_options,
+            controls=telephony_controls,
         )
     if page:
         from .static import page_routes

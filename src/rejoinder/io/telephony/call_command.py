@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .carriers.base import CarrierError, Dialing
+from .environment import (
+    CALL_CONTROL_CREDENTIALS,
+    call_control_from_env,
+    missing_credentials,
+    secrets_from_env,
+)
 from .outbound import CallEvent, OutboundCall
 
 __all__ = [
@@ -43,12 +49,6 @@ EXIT_USAGE = 2
 EXIT_BUSY = 3
 EXIT_NO_ANSWER = 4
 EXIT_INTERRUPTED = 130
-
-_CREDENTIALS: Mapping[str, tuple[str, ...]] = {
-    "twilio": ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN"),
-    "telnyx": ("TELNYX_API_KEY", "TELNYX_CONNECTION_ID", "TELNYX_PUBLIC_KEY"),
-    "plivo": ("PLIVO_AUTH_ID", "PLIVO_AUTH_TOKEN"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,27 +106,8 @@ def _usage(text: str) -> int:
 
 
 def _control(options: CallOptions, env: Mapping[str, str], public_url: str) -> Dialing:
-    from .carriers.plivo import PLIVO_API, PlivoCalls
-    from .carriers.telnyx import TELNYX_API, TelnyxCalls
-    from .carriers.twilio import TWILIO_API, TwilioCalls
-
-    if options.telephony == "twilio":
-        return TwilioCalls(
-            env["TWILIO_ACCOUNT_SID"],
-            env["TWILIO_AUTH_TOKEN"],
-            base_url=options.api_url or TWILIO_API,
-        )
-    if options.telephony == "telnyx":
-        return TelnyxCalls(
-            env["TELNYX_API_KEY"],
-            env["TELNYX_CONNECTION_ID"],
-            base_url=options.api_url or TELNYX_API,
-        )
-    return PlivoCalls(
-        env["PLIVO_AUTH_ID"],
-        env["PLIVO_AUTH_TOKEN"],
-        transfer_url=public_url.rstrip("/") + "/plivo/transfer",
-        base_url=options.api_url or PLIVO_API,
+    return call_control_from_env(
+        options.telephony, env, public_url=public_url, api_url=options.api_url
     )
 
 
@@ -156,9 +137,9 @@ async def run_call(options: CallOptions, out: TextIO | None = None) -> int:
 
     stream = out if out is not None else sys.stdout
     env = options.env if options.env is not None else os.environ
-    if options.telephony not in _CREDENTIALS:
-        return _usage(f"--telephony is one of {', '.join(_CREDENTIALS)}")
-    missing = [name for name in _CREDENTIALS[options.telephony] if not env.get(name)]
+    if options.telephony not in CALL_CONTROL_CREDENTIALS:
+        return _usage(f"--telephony is one of {', '.join(CALL_CONTROL_CREDENTIALS)}")
+    missing = missing_credentials(options.telephony, env)
     if missing:
         return _usage(f"set {' and '.join(missing)} in the environment")
     caller_id = options.from_ or env.get(f"{options.telephony.upper()}_FROM_NUMBER")
@@ -193,13 +174,8 @@ class _Server:
         from ..app import GATE, create_app
         from . import TelephonyOptions
         from .routes import add_telephony_routes
-        from .service import WebhookSecrets
 
-        secrets = WebhookSecrets(
-            twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
-            telnyx_public_key=env.get("TELNYX_PUBLIC_KEY") or None,
-            plivo_auth_token=env.get("PLIVO_AUTH_TOKEN") or None,
-        )
+        secrets = secrets_from_env(env)
         app = create_app(entry, webrtc=False, page=False)
         try:
             phone = TelephonyOptions(

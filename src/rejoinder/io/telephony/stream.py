@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...models import g711
@@ -51,9 +51,14 @@ class TelephonyOptions:
     """The server's public base URL (``https://abc.ngrok.app``), used for the stream URL
     in the webhook answer and for checking Twilio's signature behind a proxy. Without it
     both come from the webhook request itself."""
-    twilio_auth_token: str | None = None
+    twilio_auth_token: str | None = field(default=None, repr=False)
     """With it, webhooks must carry a valid ``X-Twilio-Signature`` (else 403) and media
     sockets must belong to a call an accepted webhook announced."""
+    telnyx_public_key: str | None = field(default=None, repr=False)
+    """Base64, as Telnyx's portal shows it: with it, Telnyx webhooks must carry a valid
+    Ed25519 signature no older than 300 s (else 403)."""
+    plivo_auth_token: str | None = field(default=None, repr=False)
+    """With it, Plivo webhooks must carry a valid V3 signature (else 403)."""
     mark_interval: float = 0.16
     """Audio between two marks: how fresh the playback truth is (0.1-0.2 s)."""
     lead: float = 1.0
