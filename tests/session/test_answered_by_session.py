@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import rejoinder as rj
 from rejoinder.session.hearing.answering import detect_answered_by, wait_answered_by
-from rejoinder.session.hearing.answering.listener import _Tap
+from rejoinder.session.hearing.answering.tap import LineTap
 from rejoinder.testing import ScriptedLLM, advance, now
 
 from ._answering_audio import TUNED, assemble, machine, person, silence, speech
@@ -226,13 +226,13 @@ class Line:
             raise self.fail
 
 
-async def read_all(tap: _Tap) -> list[int]:
+async def read_all(tap: LineTap) -> list[int]:
     return [int(frame.data[0]) async for frame in tap]
 
 
 async def test_the_wrapper_passes_every_frame_in_order_and_sees_each_once() -> None:
     seen: list[int] = []
-    tap = _Tap(Line(50), lambda f: seen.append(int(f.data[0])))
+    tap = LineTap(Line(50), lambda f: seen.append(int(f.data[0])))
     tap.start()
     await advance(0.51)  # nobody reads yet: the wrapper reads the line all the same
     assert seen == list(range(25))
@@ -242,7 +242,7 @@ async def test_the_wrapper_passes_every_frame_in_order_and_sees_each_once() -> N
 
 
 async def test_the_lines_failure_reaches_the_sessions_reader() -> None:
-    tap = _Tap(Line(3, fail=ConnectionError("line dropped")), lambda f: None)
+    tap = LineTap(Line(3, fail=ConnectionError("line dropped")), lambda f: None)
     tap.start()
     frames: list[int] = []
 
@@ -256,7 +256,7 @@ async def test_the_lines_failure_reaches_the_sessions_reader() -> None:
 
 
 async def test_a_reader_that_never_comes_keeps_only_the_last_seconds() -> None:
-    tap = _Tap(Line(2000), lambda f: None)  # 40 s of line
+    tap = LineTap(Line(2000), lambda f: None)  # 40 s of line
     tap.start()
     await advance(41.0)
     frames = await read_all(tap)

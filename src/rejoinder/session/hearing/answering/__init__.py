@@ -1,6 +1,8 @@
 """Who answered a call the agent placed, and leaving a voicemail.
 
 - ``tone.py``: loudness and tonality of a short window (numpy, no state);
+- ``screening.py``: what call-screening assistants say;
+- ``tap.py``: the call's audio, read from the answer on and passed on to the session;
 - ``detector.py``: ``AnsweredByDetector``, sans-I/O: frames and transcripts in, verdicts
   (human, machine, beep, screening, unknown) out, by rules on the callee's first seconds;
 - ``listener.py``: ``detect_answered_by(session)`` wires a detector to a session's

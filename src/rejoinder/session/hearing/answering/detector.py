@@ -21,7 +21,7 @@ The rules (times in seconds; ``DetectorOptions`` holds them):
   ``machine`` with ``beep=True``, reported when the tone ends (the moment to speak). A
   tone of 80 ms inside speech is too short; a tone longer than ``max_beep`` is a line
   tone, not a beep.
-- **screening**: a transcript with one of ``SCREENING_PHRASES`` ("record your name and
+- **screening**: a transcript with one of ``screening.SCREENING_PHRASES`` ("record your name and
   reason for calling", "using a screening service", "Google Assistant", ...).
 - **unknown**: nothing decided ``decision_timeout`` (3.0) after the callee first spoke,
   or ``answer_timeout`` (5.0) after the answer when nobody spoke.
@@ -34,7 +34,6 @@ detector listens for them for ``listen_for`` (60) after the answer.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import TYPE_CHECKING, Literal
 
@@ -42,6 +41,7 @@ import numpy as np
 
 from ...._dataclass import dataclass
 from ...events import AnsweredBy
+from .screening import screening_phrase
 from .tone import frame_samples, loudness, tonality
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from ....models.audio import AudioFrame
 
-__all__ = ["FOLLOWS", "SCREENING_PHRASES", "AnsweredByDetector", "DetectorOptions", "Verdict"]
+__all__ = ["FOLLOWS", "AnsweredByDetector", "DetectorOptions", "Verdict"]
 
 Label = Literal["human", "machine", "unknown", "screening", "beep"]
 
@@ -64,24 +64,6 @@ FOLLOWS: dict[Label | None, frozenset[Label]] = {
 """What may follow the last verdict (``None``: none yet; ``beep``: ``machine`` with a
 beep). A missing entry is the error: the detector checks every verdict against it."""
 
-SCREENING_PHRASES = (
-    r"record your name and (the )?reason",
-    r"(say|state|tell me|give me) your name and (the )?reason",
-    r"your name and why you('re| are) calling",
-    r"(using|uses) (a|an|the)( call)? screening",
-    r"screening service",
-    r"google assistant",
-    r"call ?assist",
-    r"call screen",
-    r"please stay on the line",
-    r"see if (this|the) person is available",
-    r"person you('re| are) calling (is|will)",
-    r"get a copy of this conversation",
-)
-"""Call-screening assistants (iOS, Google Pixel's Call Screen, Samsung's call assist),
-as regular expressions over the lowercased transcript."""
-
-_SCREENING = re.compile("|".join(f"(?:{p})" for p in SCREENING_PHRASES))
 _HOP = 0.02  # one window every 20 ms
 _GAP = 0.5  # frames this late are a gap in the audio (nothing sent), not network jitter
 _FLOOR_WINDOWS = 75  # the noise floor: the quietest window of the last 1.5 s
@@ -195,10 +177,10 @@ class AnsweredByDetector:
         """A transcript of the callee (interim or final)."""
         if not isinstance(text, str) or "screening" not in FOLLOWS[self.last]:
             return []
-        found = _SCREENING.search(text.lower())
-        if found is None:
+        phrase = screening_phrase(text)
+        if phrase is None:
             return []
-        return self._decide("screening", now, f'"{found.group(0)}"')
+        return self._decide("screening", now, f'"{phrase}"')
 
     def push(self, frame: AudioFrame, now: float) -> list[Verdict]:
         """A frame of the callee's audio that arrived at ``now`` (its last sample's time).

@@ -9,11 +9,10 @@
 microphone and its transcripts, and pushes each verdict as an ``answered_by`` event with
 ``source="audio"``. It needs no hook in the session: when the session starts it emits
 ``session_started`` just before its engine takes ``session.input.audio``, and that is
-where the microphone is wrapped. The wrapper reads the line from then on, in a task of
-its own: the engine starts reading only once the first agent has entered, and that
-agent is the one waiting for the answer. Frames reach the session unchanged and in
-order, and the detector's failure never reaches them. The detector hears the line even while the
-session's hearing is muted (``mute_input``); transcripts need it unmuted.
+where the microphone is wrapped (``tap.LineTap``: read from then on, frames passed on
+unchanged and in order; the detector's failure never reaches them). The detector hears
+the line even while the session's hearing is muted (``mute_input``); transcripts need
+it unmuted.
 
 Which verdict wins (``more_specific``): the first decision of any source stands, and a
 later one is pushed only if it says more. The provider's own detection (Twilio's AMD
@@ -29,11 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...events import AnsweredBy, AnsweredByEvent, SessionStartedEvent, UserInputTranscribedEvent
+from .tap import LineTap
 
 if TYPE_CHECKING:
     from ....models.audio import AudioFrame
@@ -47,8 +45,6 @@ __all__ = ["AnsweredByListener", "detect_answered_by", "more_specific", "wait_an
 
 logger = logging.getLogger("rejoinder")
 
-_MAX_QUEUED = 30.0  # seconds of microphone frames kept for a session not reading yet
-
 _listeners: weakref.WeakKeyDictionary[Any, AnsweredByListener] = weakref.WeakKeyDictionary()
 
 
@@ -59,68 +55,6 @@ def more_specific(ours: Verdict, theirs: AnsweredByEvent) -> bool:
     if ours.answered_by == "screening" and theirs.answered_by != "screening":
         return True  # words beat the provider's guess from the sound
     return theirs.answered_by == "unknown" and ours.answered_by != "unknown"
-
-
-class _Tap:
-    """The session's microphone, read from the answer on: each frame is shown to
-    ``see`` when it arrives and queued for the session, which may start reading later
-    (its engine reads the microphone once the first agent has entered, and an outbound
-    agent's ``on_enter`` is where it waits for the answer). The frames reach the session
-    unchanged and in order; at most ``_MAX_QUEUED`` seconds wait (then the oldest go)."""
-
-    def __init__(self, inner: AsyncIterable[AudioFrame], see: Callable[[AudioFrame], None]):
-        self.inner, self._see = inner, see
-        self._queue: deque[AudioFrame | None] = deque()
-        self._queued = 0.0
-        self._ready = asyncio.Event()
-        self._pump: asyncio.Task[None] | None = None
-        self._failure: Exception | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)  # the transport's own members (sample_rate, ...)
-
-    def start(self) -> None:
-        self._pump = asyncio.get_running_loop().create_task(self._read(), name="rejoinder-amd")
-
-    def stop(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-        self._put(None)
-
-    async def _read(self) -> None:
-        try:
-            async for frame in self.inner:
-                self._see(frame)
-                self._put(frame)
-        except Exception as exc:  # the transport's failure: the session's reader gets it
-            self._failure = exc
-        finally:
-            self._put(None)
-
-    def _put(self, frame: AudioFrame | None) -> None:
-        if self._queue and self._queue[-1] is None:
-            return  # ended already
-        self._queue.append(frame)
-        if frame is not None:
-            self._queued += frame.duration
-            while self._queued > _MAX_QUEUED and self._queue[0] is not None:
-                dropped = self._queue.popleft()
-                assert dropped is not None
-                self._queued -= dropped.duration
-        self._ready.set()
-
-    async def __aiter__(self) -> AsyncIterator[AudioFrame]:
-        while True:
-            while not self._queue:
-                self._ready.clear()
-                await self._ready.wait()
-            frame = self._queue.popleft()
-            if frame is None:
-                if self._failure is not None:
-                    raise self._failure
-                return
-            self._queued -= frame.duration
-            yield frame
 
 
 class AnsweredByListener:
@@ -137,7 +71,7 @@ class AnsweredByListener:
         self.withheld: list[Verdict] = []
         """Our verdicts not pushed: the provider had said as much first."""
         self._timer: asyncio.TimerHandle | None = None
-        self._tap: _Tap | None = None
+        self._tap: LineTap | None = None
         self._broken = False
         session.on("session_started", self._started)
         session.on("user_input_transcribed", self._transcribed)
@@ -179,7 +113,7 @@ class AnsweredByListener:
         self.detector = AnsweredByDetector(event.created_at, self.options)
         microphone = self.session.input.audio
         if microphone is not None:
-            self._tap = _Tap(microphone, self._frame)
+            self._tap = LineTap(microphone, self._frame)
             self.session.input.audio = self._tap
             self._tap.start()
         self._arm()
