@@ -98,6 +98,22 @@ def test_a_short_tone_inside_speech_is_no_beep(rate: int, chirp: float) -> None:
         assert not any(v.beep for v in verdicts), (seed, verdicts)
 
 
+def test_a_beep_decides_alone_only_when_it_is_long_enough() -> None:
+    """Before any machine verdict a beep makes the call a machine's on its own: it must
+    last ``lone_beep`` (0.2 s). A 120 ms tone after a short "hello" is not one (a voice's
+    harmonic can hold that long); a 300 ms tone after a short greeting is."""
+    rate = 8000
+    for length, beep in ((0.12, False), (0.3, True)):
+        rng = np.random.default_rng(11)
+        said = speech(rng, 0.0, rate, 150.0, words=3)
+        pieces = [(silence(0.3, rate), 0.0), (said, -24.0), (silence(0.3, rate), 0.0)]
+        pieces += [(tone(1000.0, length, rate), -22.0), (silence(3.0, rate), 0.0)]
+        audio = assemble(pieces, rate, -55.0, rng, phone=True)
+        verdicts = run(SynthCall("machine", audio, rate, None, said.shape[0] / rate))
+        assert verdicts[0].beep is beep, (length, verdicts)
+        assert verdicts[0].answered_by == ("machine" if beep else "human")
+
+
 def test_a_tone_as_long_as_a_line_tone_is_no_beep() -> None:
     rate = 8000
     rng = np.random.default_rng(0)

@@ -20,7 +20,8 @@ The rules (times in seconds; ``DetectorOptions`` holds them):
   after at least ``beep_after_speech`` (0.5) of the callee's speech (the greeting):
   ``machine`` with ``beep=True``, reported when the tone ends (the moment to speak). A
   tone of 80 ms inside speech is too short; a tone longer than ``max_beep`` is a line
-  tone, not a beep.
+  tone, not a beep. Before a machine verdict a beep must last ``lone_beep`` (0.2): then
+  it decides alone, and a voice's harmonic held for a syllable must not.
 - **screening**: a transcript with one of ``screening.SCREENING_PHRASES`` ("record your name and
   reason for calling", "using a screening service", "Google Assistant", ...).
 - **unknown**: nothing decided ``decision_timeout`` (3.0) after the callee first spoke,
@@ -79,6 +80,8 @@ class DetectorOptions:
     min_speech: float = 0.1
     """An utterance with less voiced audio than this is a click or a breath."""
     min_beep: float = 0.1
+    lone_beep: float = 0.2
+    """The shortest beep that decides ``machine`` on its own (no machine verdict yet)."""
     max_beep: float = 2.0
     beep_low: float = 350.0
     beep_high: float = 2100.0
@@ -94,8 +97,8 @@ class DetectorOptions:
         for name in ("machine_speech", "end_silence", "decision_timeout", "answer_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
-        if not 0 < self.min_beep < self.max_beep:
-            raise ValueError("need 0 < min_beep < max_beep")
+        if not 0 < self.min_beep <= self.lone_beep < self.max_beep:
+            raise ValueError("need 0 < min_beep <= lone_beep < max_beep")
         if not 0 < self.beep_tonality < 1:
             raise ValueError("beep_tonality is a share: between 0 and 1")
 
@@ -254,8 +257,12 @@ class AnsweredByDetector:
             # one 20 ms shorter may, one 40 ms shorter never does.
             length = _HOP * (self._tone_windows - 1)
             o = self.options
+            # A beep after a machine verdict only says when to speak; before one (or
+            # after "human") it alone makes the call a machine's, and a voice's harmonic
+            # held for a syllable must not send a voicemail to a person.
+            shortest = o.min_beep if self.last == "machine" else o.lone_beep
             if (
-                o.min_beep - _HOP - 1e-9 <= length <= o.max_beep
+                shortest - _HOP - 1e-9 <= length <= o.max_beep
                 and self._speech_heard >= o.beep_after_speech - 1e-9
                 and "beep" in FOLLOWS[self.last]
             ):
