@@ -344,3 +344,33 @@ async def test_a_finished_session_and_its_listener_are_freed() -> None:
     del call
     gc.collect()
     assert session() is None
+
+
+@pytest.mark.parametrize("detector_first", [True, False])
+async def test_detection_and_the_call_recorder_both_hear_the_line(
+    detector_first: bool, tmp_path: object
+) -> None:
+    """Both wrap the microphone when the session starts, in either order: the recorder
+    still records the caller, and the detector still decides."""
+    import wave
+    from pathlib import Path
+
+    from rejoinder.recording import SessionRecorder
+
+    path = Path(str(tmp_path)) / "call.wav"
+    call = PlacedCall(detect=False)
+    if detector_first:
+        detect_answered_by(call.session)
+        SessionRecorder(call.session, path)
+    else:
+        SessionRecorder(call.session, path)
+        detect_answered_by(call.session)
+    await call.start(rj.Agent(instructions="quiet"))
+    call.play(person(1, TUNED).audio)
+    await advance(3.5)
+    await call.aclose()
+    assert call.kinds() == [("human", "audio", False)]
+    with wave.open(str(path)) as recorded:
+        pcm = np.frombuffer(recorded.readframes(recorded.getnframes()), "<i2")
+    left = pcm[0::2].astype(np.float64)
+    assert float(np.sqrt(np.mean(left**2))) > 100  # the caller's "hello" is in it

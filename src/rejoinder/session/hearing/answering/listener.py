@@ -31,13 +31,13 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ...events import AnsweredBy, AnsweredByEvent, SessionStartedEvent, UserInputTranscribedEvent
-from .tap import LineTap
 
 if TYPE_CHECKING:
     from ....models.audio import AudioFrame
     from ...agents.agent import Agent
     from ...public_session import PublicSession
     from .detector import AnsweredByDetector, DetectorOptions, Verdict
+    from .tap import LineTap
 
     Session = PublicSession[Agent]
 
@@ -108,7 +108,9 @@ class AnsweredByListener:
     # ---------------------------------------------------------------- wiring
 
     def _started(self, event: SessionStartedEvent) -> None:
-        from .detector import AnsweredByDetector  # numpy: only once a call is listened to
+        # numpy: only once a call is listened to, never for waiting on a provider
+        from .detector import AnsweredByDetector
+        from .tap import LineTap
 
         self.detector = AnsweredByDetector(event.created_at, self.options)
         microphone = self.session.input.audio

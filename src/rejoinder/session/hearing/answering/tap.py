@@ -5,7 +5,9 @@ The session's engine starts reading its microphone only once the first agent has
 entered, and an outbound agent enters by waiting for who answered: the detector must
 hear the line before that. So the tap reads the line in a task of its own and queues the
 frames for the session, which gets them unchanged and in order whenever it starts
-reading (and the transport's failure, if the line fails). A transport's microphone keeps
+reading (and the transport's failure, if the line fails). It is an ``AudioInput``, as
+the line it wraps is: what else wraps the microphone at the session's start (the call
+recorder) still finds one. A transport's microphone keeps
 only a few seconds for a reader that does not come and then drops new audio; the tap
 drains it, and keeps at most ``MAX_QUEUED`` seconds itself (then the oldest go).
 """
@@ -15,10 +17,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ....models.audio import AudioFrame
+from ....models.audio import AudioFrame, AudioInput
 
 __all__ = ["MAX_QUEUED", "LineTap"]
 
@@ -26,7 +27,7 @@ MAX_QUEUED = 30.0
 """Seconds of frames kept for a session that does not read yet."""
 
 
-class LineTap:
+class LineTap(AudioInput):
     """The session's microphone, read from the answer on: each frame is shown to
     ``see`` when it arrives and queued for the session, which may start reading later
     (its engine reads the microphone once the first agent has entered, and an outbound
@@ -42,6 +43,8 @@ class LineTap:
         self._failure: Exception | None = None
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)  # the transport's own members (sample_rate, ...)
 
     def start(self) -> None:
