@@ -303,6 +303,21 @@ class MarkedPlayback(ReportedPlayback):
             overdue.cancel()
             self._signals.pop(name, None)
 
+    def stop_signals(self) -> bool:
+        """Cut the signals being played or waiting to (hold audio, keys), and none of the
+        agent's audio: each ``play_signal`` returns False. When no agent audio is still
+        unheard, the provider is also told to drop what it buffered (its clear message),
+        so the signal stops at once; otherwise what was sent plays out (at most ``lead``
+        seconds), as a clear would cut the agent's words too. Whether any was cut."""
+        if not (self._signals_sending > 0 or self._signals) or self.closed:
+            return False
+        self._cuts += 1
+        if not self.pending:
+            self._due = 0.0
+            self._send_clear_message()
+        self._cut_signals()
+        return True
+
     def _capturing(self) -> bool:
         """A segment of agent audio is being captured (its end is still to come)."""
         return bool(self._segments) and not self._segments[-1].flushed

@@ -17,7 +17,10 @@ untouched by a clear; Plivo documents ``playAudio``, ``checkpoint`` and ``clearA
 not). G.711 carries DTMF tones at the levels ``dtmf_tones`` uses, on every provider.
 
 ``transfer`` goes through the provider's call-control REST API (a ``CallControl`` given
-to the ``MediaStreamPeer``), with the call's id.
+to the ``MediaStreamPeer``), with the call's id. ``warm_transfer`` plays hold audio on
+the line while the control calls a person, briefs them and joins the two calls
+(``warm_transfer.py``; the control must be a ``warm_transfer.PersonDialer``, as the
+service's is).
 
 References:
 - https://www.twilio.com/docs/voice/media-streams/websocket-messages
@@ -33,20 +36,22 @@ from typing import TYPE_CHECKING
 
 from ...models.audio import AudioFrame
 from .carriers.base import CarrierError
-from .line import TransferFailed
+from .line import TransferFailed, WarmTransferLine
 
 if TYPE_CHECKING:
     from .carriers.base import CallControl
     from .dialects import CallInfo
     from .marks import MarkedPlayback
 
-__all__ = ["DTMFInterrupted", "MediaStreamLine", "check_transfer_target"]
+__all__ = ["MAX_SUMMARY", "DTMFInterrupted", "MediaStreamLine", "check_transfer_target"]
 
 _KEYS = re.compile(r"[0-9*#ABCDwW]+")
 _E164 = re.compile(r"\+[1-9][0-9]{7,14}")
 _SIP = re.compile(r"sips?:[^\s<>\"]{1,250}", re.IGNORECASE)
 MAX_KEYS = 64
 """Keys and pauses in one ``send_dtmf`` (a long account number and its pauses fit)."""
+MAX_SUMMARY = 1000
+"""Characters in a warm transfer's briefing (about a minute of speech)."""
 
 
 class DTMFInterrupted(RuntimeError):
@@ -67,8 +72,8 @@ def check_transfer_target(target: str) -> str:
     )
 
 
-class MediaStreamLine:
-    """A ``PhoneLine`` for the call ``call`` whose agent audio plays through
+class MediaStreamLine(WarmTransferLine):
+    """A ``WarmTransferLine`` for the call ``call`` whose agent audio plays through
     ``playback``; ``control`` is the provider's call control (None: no transfers)."""
 
     def __init__(
@@ -123,3 +128,48 @@ class MediaStreamLine:
             raise TransferFailed(
                 f"{provider} did not transfer the call to {target}{status}: {exc}"
             ) from exc
+
+    async def warm_transfer(self, target: str, *, summary: str, ring_timeout: float) -> bool:
+        """Call ``target`` while the caller hears hold audio; brief the person who answers
+        with ``summary``, join the two calls and return True; return False (hold audio
+        stopped, that call hung up, the caller still here) when nobody, or a voicemail,
+        answers within ``ring_timeout``. ``TransferFailed`` when it could not be tried
+        (no call control, no caller ID, the provider refused the call); ``ValueError``
+        for a bad target, summary or timeout."""
+        check_transfer_target(target)
+        if not isinstance(summary, str) or not summary.strip() or len(summary) > MAX_SUMMARY:
+            raise ValueError(f"a warm transfer's summary is 1 to {MAX_SUMMARY} characters")
+        if not isinstance(ring_timeout, (int, float)) or not 0 < ring_timeout <= 600:
+            raise ValueError("ring_timeout is more than 0 and at most 600 seconds")
+        control = self._control
+        provider = self._call.provider
+        if control is None or getattr(control, "call_person", None) is None:
+            raise TransferFailed(
+                f"this {provider} call has no call control for warm transfers: set the "
+                "provider's REST credentials"
+            )
+        if self._playback.closed:
+            raise TransferFailed("the call has ended: there is no caller to transfer")
+        caller_id = getattr(control, "our_number", None) or _our_number(self._call)
+        if caller_id is None:
+            raise TransferFailed("the call's own number is unknown: no caller ID to call from")
+        from .warm_transfer import HoldAudio, PersonDialer, run_warm_transfer
+
+        dialer: PersonDialer = control  # type: ignore[assignment]
+        return await run_warm_transfer(
+            dialer=dialer,
+            hold=HoldAudio(self._playback, self._call.sample_rate),
+            caller_call_id=self._call.call_id,
+            target=target,
+            from_=caller_id,
+            summary=summary.strip(),
+            ring_timeout=float(ring_timeout),
+        )
+
+
+def _our_number(call: CallInfo) -> str | None:
+    """The number of ours on this call: what was called (inbound) or called from
+    (outbound): the person sees it as the caller ID."""
+    if call.parameters.get("direction") == "outbound":
+        return call.parameters.get("from") or call.from_number
+    return call.to_number or call.parameters.get("To")

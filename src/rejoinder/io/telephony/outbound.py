@@ -89,6 +89,8 @@ class CallEvent:
     answered_by: AnsweredKind | None = None
     beep: bool = False
     detail: str = ""
+    briefed: bool = False
+    """The provider finished speaking a briefing to the call (a warm transfer's person)."""
 
 
 class OutboundCall:
@@ -104,8 +106,12 @@ class OutboundCall:
         parameters: Mapping[str, str],
         stream_timeout: float = 10.0,
         end_timeout: float = 10.0,
+        streams: bool = True,
     ) -> None:
         self.key = key
+        self.streams = streams
+        """False for a call that never streams to the agent (a warm transfer's person):
+        no stream is awaited once answered, and none is accepted."""
         self.to = to
         self.from_ = from_
         self.control = control
@@ -183,6 +189,9 @@ class OutboundCall:
             changed = True
             self._emit(CallEvent(now, None, kind, beep, update.detail))
             self._tell_session(kind, beep, update.detail)
+        if update.briefed and not self.done:
+            changed = True
+            self._emit(CallEvent(now, None, detail=update.detail, briefed=True))
         status = update.status
         if status is not None and STATUS_ORDER[status] > STATUS_ORDER[self.status]:
             self._move(status, now, update.detail)
@@ -195,7 +204,8 @@ class OutboundCall:
         logger.info("call %s to %s: %s %s", self.key, self.to, status, detail)
         if status == "answered":
             self._answered.set()
-            self._later(self.stream_timeout, self._no_stream)
+            if self.streams:
+                self._later(self.stream_timeout, self._no_stream)
         if status in FINAL_STATUSES:
             self._ended.set()
             for timer in self._timers:
@@ -216,6 +226,8 @@ class OutboundCall:
 
     def claim(self, token: str, call_id: str) -> str | None:
         """The stream's ``start`` for this call: None to accept it, else why not."""
+        if not self.streams:
+            return "this call does not stream to the agent"
         if self._claimed:
             return "the outbound call's stream was already attached"
         if not hmac.compare_digest(self.stream_token.encode(), token.encode()):

@@ -38,8 +38,10 @@ from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import HttpAnswer, SocketBinding, refused_answer
 from ..protocol import CloseCode
-from .carriers.base import CallControl, CarrierError
+from .carriers.base import CallControl
+from .carriers.plivo import conference_xml
 from .dialects import DIALECTS, CallInfo, Dialect
+from .line_control import CONFERENCE_PATH, LineControl, WarmRooms
 from .outbound import CALL_QUERY, OUTBOUND_PARAMETER, STATUS_PATHS, OutboundCall, OutboundCalls
 from .signatures import ReplayGuard, verify_webhook
 from .stream import MediaStreamPeer, TelephonyOptions
@@ -147,6 +149,8 @@ class TelephonyService:
         self.entrypoint = entrypoint
         self.gate = gate
         self.announced = AnnouncedStreams()
+        self.warm_rooms = WarmRooms()
+        """Each warm transfer's conference room and briefing (Plivo's conference XML)."""
 
     # ------------------------------------------------------------- routes
 
@@ -160,6 +164,7 @@ class TelephonyService:
             elif name == "plivo":
                 routes.append(("/plivo/answer", "POST", self.plivo_answer))
                 routes.append(("/plivo/transfer", "POST", self.plivo_transfer))
+                routes.append((CONFERENCE_PATH, "POST", self.plivo_conference))
             routes.append((STATUS_PATHS[name], "POST", self._status_route(name)))
         return routes
 
@@ -253,6 +258,29 @@ class TelephonyService:
         ET.SubElement(dial, "User" if sip else "Number").text = target
         return HttpAnswer.xml(_document(response))
 
+    def plivo_conference(self, request: WebhookRequest) -> HttpAnswer:
+        """A warm transfer's conference on Plivo (``?room=``): the person's answer URL
+        (``&call=`` names their leg, whose status this is too) speaks the briefing first
+        and starts the conference; the caller's transfer URL just joins it."""
+        refused = self._refuse_unsigned("plivo", request, CONFERENCE_PATH, required=True)
+        if refused is not None:
+            return refused
+        room = _query_value(request, "room")
+        summary = self.warm_rooms.summary(room)
+        if room is None or summary is None:
+            return HttpAnswer.text("unknown room", status=404)
+        key = _query_value(request, CALL_QUERY)
+        if key is None:
+            return HttpAnswer.xml(conference_xml(room, starts=False))
+        person = self.outbound.get(key)
+        if person is None:
+            self.outbound.unknown("plivo", key)
+            return HttpAnswer.text("unknown call", status=404)
+        update = person.control.read_status(dict(request.form or ()), request.body)
+        if update is not None:
+            person.apply(update, _loop_time())
+        return HttpAnswer.xml(conference_xml(room, speak=summary, starts=True))
+
     def _status_route(self, provider: str) -> Answer:
         def answer(request: WebhookRequest) -> HttpAnswer:
             return self.status_callback(provider, request)
@@ -324,7 +352,7 @@ class TelephonyService:
         request's admission held: the entry point runs in ``gate.run``)."""
         opts = self.options
         matched: list[OutboundCall] = []
-        control = _LineControl(dialect.name, self.controls.get(dialect.name))
+        control = LineControl(dialect.name, self.controls.get(dialect.name), service=self)
 
         def admit(call: CallInfo) -> str | None:
             key = query.get(OUTBOUND_PARAMETER) or call.parameters.get(OUTBOUND_PARAMETER)
@@ -337,6 +365,7 @@ class TelephonyService:
                 if refusal is None:
                     matched.append(outbound)
                     control.chosen = outbound.control
+                    control.our_number = outbound.from_
                 return refusal
             return self._admit_twilio(call) if dialect.name == "twilio" else None
 
@@ -382,32 +411,6 @@ class TelephonyService:
         if self.announced.claim(call.call_id, token, _loop_time()):
             return None
         return "stream not announced by an accepted webhook"
-
-
-class _LineControl:
-    """The call control a media stream's line transfers through: an outbound call's own
-    (chosen when its stream starts), else the service's for the provider. It remembers a
-    transfer, after which the call goes on without the agent and is not hung up."""
-
-    def __init__(self, provider: str, chosen: CallControl | None) -> None:
-        self.provider = provider
-        self.chosen = chosen
-        self.transferred = False
-
-    def _control(self) -> CallControl:
-        if self.chosen is None:
-            raise CarrierError(
-                f"{self.provider}: no call control: give the service the provider's REST "
-                "credentials (TelephonyService(controls=...)) to transfer calls"
-            )
-        return self.chosen
-
-    async def transfer(self, call_id: str, target: str) -> None:
-        await self._control().transfer(call_id, target)
-        self.transferred = True
-
-    async def hangup(self, call_id: str) -> None:
-        await self._control().hangup(call_id)
 
 
 async def _run_call(

@@ -59,6 +59,13 @@ class FakeCall:
     """``FakePhoneCall`` (Twilio) or ``StreamCaller`` once the stream is up."""
     transfers: list[str] = field(default_factory=list)
     """The transfer targets and the XML/TwiML that carried them."""
+    said: list[str] = field(default_factory=list)
+    """What the carrier spoke to the callee (a warm transfer's briefing: Twilio
+    ``<Say>``, Plivo ``<Speak>``, Telnyx ``speak``), in order."""
+    conference: str | None = None
+    """The conference room the call was put in (Twilio, Plivo)."""
+    bridged_with: str | None = None
+    """The call this one was bridged to (Telnyx ``bridge``)."""
     hung_up_by_api: bool = False
     over: asyncio.Event = field(default_factory=asyncio.Event)
     _hangup: asyncio.Event = field(default_factory=asyncio.Event)
@@ -73,6 +80,8 @@ class StreamCaller:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, provider: str, start: dict[str, Any]):
         self.ws, self.provider, self._start = ws, provider, start
         self.heard: list[np.ndarray[Any, np.dtype[np.int16]]] = []
+        self.heard_at: list[float] = []
+        """Loop time each piece of ``heard`` started playing."""
         self.marks_echoed: list[str] = []
         self.clears = 0
         self._play_until = 0.0
@@ -91,6 +100,14 @@ class StreamCaller:
 
     def audible(self) -> bool:
         return any(len(pcm) and int(np.abs(pcm).max()) > 200 for pcm in self.heard)
+
+    def audible_at(self, *, threshold: int = 200) -> list[float]:
+        """Times the pieces that were not near-silence started playing."""
+        return [
+            at
+            for at, pcm in zip(self.heard_at, self.heard, strict=True)
+            if len(pcm) and int(np.abs(pcm).max()) > threshold
+        ]
 
     async def _talk(self) -> None:
         payload = base64.b64encode(_SILENCE).decode("ascii")
@@ -115,6 +132,7 @@ class StreamCaller:
             now = loop.time()
             if event in ("media", "playAudio"):
                 pcm = g711.ulaw_decode(base64.b64decode(message["media"]["payload"]))
+                self.heard_at.append(max(now, self._play_until))
                 self._play_until = max(now, self._play_until) + len(pcm) / 8000
                 self.heard.append(pcm)
             elif event in ("mark", "checkpoint"):
@@ -124,6 +142,9 @@ class StreamCaller:
             elif event in ("clear", "clearAudio"):
                 self.clears += 1
                 self._play_until = now
+                # what was buffered and not played yet is dropped, never heard
+                played = sum(1 for at in self.heard_at if at <= now)
+                del self.heard[played:], self.heard_at[played:]
                 pending = [name for handle, name in self._pending if not handle.cancelled()]
                 for handle, _ in self._pending:
                     handle.cancel()
@@ -181,6 +202,10 @@ class FakeCarrier(LoopbackServer):
         self.requests: list[tuple[str, str]] = []
         """Every REST request, ``(method, path)``, failed ones too."""
         self.hangups: list[str] = []
+        self.conferences: dict[str, list[str]] = {}
+        """Each conference room and the calls put in it, in order."""
+        self.join_lag = 0.05
+        """Seconds between a call's move to a conference or bridge and its stream's end."""
         self._failures: deque[int] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
@@ -279,7 +304,8 @@ class FakeCarrier(LoopbackServer):
         finally:
             for wait in waits:
                 wait.cancel()
-        if call.transfers:  # the call goes on with the transfer's target, not with us
+        if call.transfers or call.conference or call.bridged_with:
+            # the call goes on with the transfer's target or the person, not with us
             await self._hung_up_within(call, limit)
             return
         # Telnyx keeps a call whose stream ended: its application hangs it up.
@@ -294,6 +320,24 @@ class FakeCarrier(LoopbackServer):
             task = asyncio.create_task(call.stream.hang_up())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _join(self, call: FakeCall, room: str, *, leaves_stream: bool) -> None:
+        """``call`` enters conference ``room``; a call streaming to us leaves its stream
+        (``join_lag`` later: the carrier acts after answering the request)."""
+        call.conference = room
+        self.conferences.setdefault(room, []).append(call.id)
+        if leaves_stream:
+            self._leave_later(call)
+
+    def _leave_later(self, call: FakeCall) -> None:
+        async def leave() -> None:
+            await asyncio.sleep(self.join_lag)
+            if call.stream is not None:
+                await call.stream.hang_up()
+
+        task = asyncio.create_task(leave())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _hang_up(self, call: FakeCall, by_api: bool = True) -> None:
         call.hung_up_by_api = by_api

@@ -1,6 +1,9 @@
 """The fake Plivo: the Call API (``POST .../Call/``, transfers that fetch ``aleg_url``,
 ``DELETE`` of a call or of a request not answered yet), V3-signed callbacks (ring, answer,
-machine detection, hang-up), and the media stream its answer URL's ``<Stream>`` names."""
+machine detection, hang-up), and the media stream its answer URL's ``<Stream>`` names.
+An answer XML that ``<Speak>``s and ``<Conference>``s (a warm transfer's person) is
+spoken and put in the room; a transfer whose ``aleg_url`` answers a ``<Conference>``
+moves the call to the room and ends its stream (``conferences``)."""
 
 from __future__ import annotations
 
@@ -96,6 +99,12 @@ class FakePlivo(FakeCarrier):
                 self._error_body(400, f"aleg_url answered {status}"), status=400
             )
         self.transfer_xml.append(xml)
+        room = ET.fromstring(xml).findtext("Conference")
+        if room is not None:
+            self._join(call, room.strip(), leaves_stream=True)
+            return web.json_response(
+                {"api_id": str(uuid.uuid4()), "message": "call transferred"}, status=202
+            )
         call.transfers.extend(
             el.text or "" for el in ET.fromstring(xml).iter() if el.tag in ("Number", "User")
         )
@@ -156,7 +165,14 @@ class FakePlivo(FakeCarrier):
         status, xml = await self._signed_post(
             call, call.request["answer_url"], self._fields(call, "in-progress")
         )
-        stream = ET.fromstring(xml).find("Stream") if status == 200 and xml else None
+        root = ET.fromstring(xml) if status == 200 and xml else None
+        stream = root.find("Stream") if root is not None else None
+        room = root.findtext("Conference") if root is not None else None
+        if stream is None and room is not None and root is not None:
+            # a warm transfer's person: briefed by <Speak>, then in the conference
+            call.said.extend((speak.text or "").strip() for speak in root.iter("Speak"))
+            self._join(call, room.strip(), leaves_stream=False)
+            return True
         if stream is None or not stream.text or self._http is None:
             return False
         try:

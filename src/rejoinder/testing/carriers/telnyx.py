@@ -1,10 +1,14 @@
 """The fake Telnyx: Call Control v2 (``POST /v2/calls``, ``.../actions/transfer`` and
 ``hangup`` with ``command_id`` repeats ignored), event webhooks signed with Ed25519 by a
 key pair made for the test (``public_key`` is what ``TELNYX_PUBLIC_KEY`` should be), AMD
-events, and the media stream opened on ``stream_url``."""
+events, and the media stream opened on ``stream_url``. A call dialled without one (a warm
+transfer's person) is answered without a stream; ``speak`` is recorded (``said``) and
+followed by ``call.speak.started`` and ``call.speak.ended``; ``bridge`` joins two calls
+(``bridges``) and ends the stream of the one that had one."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import secrets
@@ -38,6 +42,10 @@ class FakeTelnyx(FakeCarrier):
         """What ``TELNYX_PUBLIC_KEY`` is set to, to check this fake's webhooks."""
         self.commands: list[tuple[str, str, dict[str, Any]]] = []
         """``(call_control_id, action, body)`` of every command carried out."""
+        self.bridges: list[tuple[str, str]] = []
+        """``(call_control_id, the one it was bridged with)`` of every bridge."""
+        self.speak_seconds = 0.05
+        """How long a ``speak`` takes to say."""
 
     def _error_body(self, status: int, message: str) -> Any:
         return {"errors": [{"code": str(10000 + status), "title": message, "detail": message}]}
@@ -106,9 +114,35 @@ class FakeTelnyx(FakeCarrier):
             self._leave_for_transfer(call)
         elif action == "hangup":
             self._hang_up(call)
+        elif action == "speak":
+            if not body.get("payload"):
+                return web.json_response(self._error_body(422, "payload is required"), status=422)
+            call.said.append(body["payload"])
+            self._spawn_speech(call)
+        elif action == "bridge":
+            other = self.call(str(body.get("call_control_id", "")))
+            if other is None or other.over.is_set() or other is call:
+                problem = {"code": "90018", "title": "Call to bridge with is not active"}
+                return web.json_response({"errors": [problem]}, status=422)
+            call.bridged_with, other.bridged_with = other.id, call.id
+            self.bridges.append((call.id, other.id))
+            for leg in (call, other):
+                if leg.stream is not None:
+                    self._leave_later(leg)
         else:
             return web.json_response(self._error_body(422, f"unknown action {action}"), status=422)
         return web.json_response({"data": {"result": "ok"}})
+
+    def _spawn_speech(self, call: FakeCall) -> None:
+        async def speak() -> None:
+            await self._event(call, "call.speak.started")
+            await asyncio.sleep(self.speak_seconds)
+            if not call.over.is_set():
+                await self._event(call, "call.speak.ended", status="completed")
+
+        task = asyncio.create_task(speak())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _event(self, call: FakeCall, event_type: str, **payload: Any) -> None:
         url = call.request.get("webhook_url")
@@ -161,7 +195,9 @@ class FakeTelnyx(FakeCarrier):
 
         await self._event(call, "call.answered")
         url = call.request.get("stream_url")
-        if not url or self._http is None:
+        if not url:
+            return True  # a call that does not stream (a warm transfer's person)
+        if self._http is None:
             return False
         try:
             ws = await self._http.ws_connect(url)

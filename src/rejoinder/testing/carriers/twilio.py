@@ -1,6 +1,9 @@
 """The fake Twilio: the Calls resource (``POST .../Calls.json``, updates for transfers and
 hang-ups), status callbacks signed with ``X-Twilio-Signature``, the async AMD callback,
-and the media stream opened with ``FakePhoneCall`` from the call's ``<Connect><Stream>``."""
+and the media stream opened with ``FakePhoneCall`` from the call's ``<Connect><Stream>``.
+A call whose TwiML ``<Say>``s and ``<Dial><Conference>``s (a warm transfer's person) is
+briefed and put in the room when answered; a live call updated with such TwiML moves to
+the room and its stream ends (``conferences``)."""
 
 from __future__ import annotations
 
@@ -94,7 +97,11 @@ class FakeTwilio(FakeCarrier):
             return web.json_response(body, status=404)
         form = await request.post()
         twiml = str(form.get("Twiml", ""))
-        if twiml:
+        if twiml and ET.fromstring(twiml).find("./Dial/Conference") is not None:
+            self.transfer_twiml.append(twiml)
+            room = ET.fromstring(twiml).findtext("./Dial/Conference") or ""
+            self._join(call, room.strip(), leaves_stream=True)
+        elif twiml:
             self.transfer_twiml.append(twiml)
             root = ET.fromstring(twiml)
             targets = [el.text or "" for el in root.iter() if el.tag in ("Number", "Sip")]
@@ -127,7 +134,14 @@ class FakeTwilio(FakeCarrier):
     async def _answer(self, call: FakeCall) -> bool:
         await self._progress(call, "answered")
         twiml = call.request.get("Twiml", "")
-        stream = ET.fromstring(twiml).find("./Connect/Stream") if twiml else None
+        root = ET.fromstring(twiml) if twiml else None
+        stream = root.find("./Connect/Stream") if root is not None else None
+        room = root.findtext("./Dial/Conference") if root is not None else None
+        if stream is None and room is not None and root is not None:
+            # a warm transfer's person: briefed by <Say>, then in the conference
+            call.said.extend((say.text or "").strip() for say in root.iter("Say"))
+            self._join(call, room.strip(), leaves_stream=False)
+            return True
         if stream is None:
             return False
         parameters = {p.get("name", ""): p.get("value", "") for p in stream.iter("Parameter")}

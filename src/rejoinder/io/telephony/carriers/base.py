@@ -22,8 +22,10 @@ __all__ = [
     "CarrierError",
     "DialRequest",
     "Dialing",
+    "PersonCall",
     "PlacedCall",
     "StatusUpdate",
+    "WarmTransferring",
 ]
 
 CallStatus = Literal[
@@ -120,6 +122,8 @@ class StatusUpdate:
     beep: bool = False
     detail: str = ""
     """The provider's own words (its status, AMD result or hang-up cause), for the log."""
+    briefed: bool = False
+    """The provider finished speaking a briefing to the call (Telnyx ``call.speak.ended``)."""
 
 
 class Dialing(CallControl, Protocol):
@@ -135,3 +139,46 @@ class Dialing(CallControl, Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PersonCall:
+    """The call to the person a warm transfer hands the caller to: it never streams to
+    the agent; the provider briefs the person with ``summary``, then the caller joins."""
+
+    to: str
+    from_: str
+    status_url: str
+    """Our status-callback (Telnyx: event webhook) URL for this call."""
+    summary: str
+    room: str
+    """The conference both legs join (Twilio, Plivo): random, named for this transfer."""
+    answer_url: str = ""
+    """Plivo: our webhook answering the person's call with the briefing and the room."""
+    ring_timeout: float = 30.0
+
+
+class WarmTransferring(Dialing, Protocol):
+    """A call control that can also call a person, brief them and join them to a live
+    call (``warm_transfer.py`` runs the sequence)."""
+
+    briefs_inline: bool
+    """True: the briefing is part of the person's call (Twilio's TwiML, Plivo's answer
+    XML), so the caller may join as soon as a person answered. False: ``brief`` asks for
+    it once answered, and the provider reports its end (``StatusUpdate.briefed``)."""
+
+    async def call_person(self, request: PersonCall) -> PlacedCall:
+        """Place the person's call. Raises ``CarrierError``."""
+        ...
+
+    async def brief(self, person_call_id: str, summary: str) -> None:
+        """Speak ``summary`` to the answered person (when not ``briefs_inline``)."""
+        ...
+
+    async def join(
+        self, caller_call_id: str, person_call_id: str, room: str, room_url: str
+    ) -> None:
+        """Join the live caller's call to the person's (the conference ``room``; Plivo
+        fetches ``room_url`` for the caller's new XML). The caller's media stream ends.
+        Raises ``CarrierError``."""
+        ...

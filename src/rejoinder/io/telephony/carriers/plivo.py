@@ -13,6 +13,12 @@
   a call not answered yet (known only by its request) is cancelled with
   ``DELETE .../Request/{request_uuid}/``
   (https://www.plivo.com/docs/voice/api/call/hang-up-a-call).
+- Warm transfer: the person's call answers on our ``/plivo/conference?room=...&call=...``
+  with ``<Speak>`` the briefing then ``<Conference>`` the room (``machine_detection``
+  on, so a voicemail is hung up, never joined); once a person answered, the caller's leg
+  is transferred (``aleg_url``) to ``/plivo/conference?room=...``, the same
+  ``<Conference>``, which ends its stream
+  (https://www.plivo.com/docs/voice/xml/conference, https://www.plivo.com/docs/voice/xml/speak).
 - Auth: HTTP basic with the Auth ID and auth token. Errors: JSON ``{"error": ...}``.
 - Callbacks are form posts: ``CallStatus`` (ringing, in-progress, completed, busy,
   failed, timeout, no-answer, cancel), ``Machine`` (true/false) on the machine-detection
@@ -24,14 +30,23 @@ Retried past a 429 or an unreachable API: everything; past a 5xx: the hang-ups (
 from __future__ import annotations
 
 import base64
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from .base import AnsweredKind, CallStatus, CarrierError, DialRequest, PlacedCall, StatusUpdate
+from .base import (
+    AnsweredKind,
+    CallStatus,
+    CarrierError,
+    DialRequest,
+    PersonCall,
+    PlacedCall,
+    StatusUpdate,
+)
 from .http import HttpPolicy, RestClient
 
-__all__ = ["PLIVO_API", "PlivoCalls"]
+__all__ = ["PLIVO_API", "PlivoCalls", "conference_xml"]
 
 PLIVO_API = "https://api.plivo.com"
 
@@ -101,16 +116,55 @@ class PlivoCalls:
             body["machine_detection"] = "true"
             body["machine_detection_url"] = request.status_url
             body["machine_detection_method"] = "POST"
+        return await self._place(body, request.to)
+
+    async def _place(self, body: dict[str, Any], to: str) -> PlacedCall:
         answer = await self.http.request(
-            "POST", self._path("Call"), json_body=body, idempotent=False, what=f"call {request.to}"
+            "POST", self._path("Call"), json_body=body, idempotent=False, what=f"call {to}"
         )
         request_uuid = answer.get("request_uuid") if isinstance(answer, dict) else None
         if isinstance(request_uuid, list):  # one per destination; we dial one
             request_uuid = request_uuid[0] if request_uuid else None
         if not isinstance(request_uuid, str) or not request_uuid:
-            raise CarrierError(f"plivo: the call to {request.to} came without request_uuid")
+            raise CarrierError(f"plivo: the call to {to} came without request_uuid")
         self._unanswered.add(request_uuid)
         return PlacedCall("plivo", request_uuid)
+
+    briefs_inline = True
+    """The briefing is the person's answer XML (``<Speak>`` before the conference)."""
+
+    async def call_person(self, request: PersonCall) -> PlacedCall:
+        if not request.answer_url:
+            raise ValueError("a Plivo person's call needs our answer URL (PersonCall.answer_url)")
+        body: dict[str, Any] = {
+            "from": request.from_,
+            "to": request.to,
+            "answer_url": request.answer_url,
+            "answer_method": "POST",
+            "ring_url": request.status_url,
+            "ring_method": "POST",
+            "hangup_url": request.status_url,
+            "hangup_method": "POST",
+            "ring_timeout": max(5, min(600, round(request.ring_timeout))),
+            "machine_detection": "true",
+            "machine_detection_url": request.status_url,
+            "machine_detection_method": "POST",
+        }
+        return await self._place(body, request.to)
+
+    async def brief(self, person_call_id: str, summary: str) -> None:
+        """Nothing to do: the person's answer XML speaks the briefing."""
+
+    async def join(
+        self, caller_call_id: str, person_call_id: str, room: str, room_url: str
+    ) -> None:
+        await self.http.request(
+            "POST",
+            self._path("Call", caller_call_id),
+            json_body={"legs": "aleg", "aleg_url": room_url, "aleg_method": "POST"},
+            idempotent=False,
+            what=f"move call {caller_call_id} to the conference",
+        )
 
     async def transfer(self, call_id: str, target: str) -> None:
         if self.transfer_url is None:
@@ -148,6 +202,25 @@ class PlivoCalls:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def conference_xml(room: str, *, speak: str = "", starts: bool) -> str:
+    """``<Response>`` [``<Speak>``] ``<Conference>`` ``room``: ``starts`` for the briefed
+    person (the conference starts when they enter), not for the caller, who waits in the
+    room until then. Either leaving ends it."""
+    response = ET.Element("Response")
+    if speak:
+        ET.SubElement(response, "Speak").text = speak
+    conference = ET.SubElement(
+        response,
+        "Conference",
+        startConferenceOnEnter="true" if starts else "false",
+        endConferenceOnExit="true",
+        enterSound="",
+        exitSound="",
+    )
+    conference.text = room
+    return '<?xml version="1.0" encoding="UTF-8"?>' + ET.tostring(response, encoding="unicode")
 
 
 def _error(body: Any) -> tuple[str | None, str]:

@@ -21,6 +21,13 @@
   forms (https://developers.telnyx.com/docs/voice/programmable-voice/answering-machine-detection),
   signed with Ed25519 (``signatures.py``).
 
+- Warm transfer: the person is dialled without a stream (``answering_machine_detection``
+  detect); once answered, ``.../actions/speak`` says the briefing (``call.speak.ended``
+  reports its end), then ``.../actions/bridge`` on the caller's call with the person's
+  ``call_control_id`` joins them, which ends the caller's media stream
+  (https://developers.telnyx.com/api-reference/call-commands/speak-text,
+  https://developers.telnyx.com/api-reference/call-commands/bridge-calls).
+
 Retried past a 429 or an unreachable API: everything; past a 5xx: the commands (they
 carry a ``command_id``), never the dial.
 """
@@ -32,7 +39,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .base import AnsweredKind, CallStatus, CarrierError, DialRequest, PlacedCall, StatusUpdate
+from .base import (
+    AnsweredKind,
+    CallStatus,
+    CarrierError,
+    DialRequest,
+    PersonCall,
+    PlacedCall,
+    StatusUpdate,
+)
 from .http import HttpPolicy, RestClient
 
 __all__ = ["TELNYX_API", "TelnyxCalls"]
@@ -99,14 +114,43 @@ class TelnyxCalls:
         }
         if request.machine_detection:
             body["answering_machine_detection"] = "detect_beep"
+        return await self._place(body, request.to)
+
+    async def _place(self, body: dict[str, Any], to: str) -> PlacedCall:
         answer = await self.http.request(
-            "POST", "/v2/calls", json_body=body, idempotent=False, what=f"call {request.to}"
+            "POST", "/v2/calls", json_body=body, idempotent=False, what=f"call {to}"
         )
         data = answer.get("data") if isinstance(answer, dict) else None
         call_id = data.get("call_control_id") if isinstance(data, dict) else None
         if not isinstance(call_id, str) or not call_id:
-            raise CarrierError(f"telnyx: the call to {request.to} came without call_control_id")
+            raise CarrierError(f"telnyx: the call to {to} came without call_control_id")
         return PlacedCall("telnyx", call_id)
+
+    briefs_inline = False
+    """The briefing is a ``speak`` command once the person answered."""
+    voice = "female"
+    language = "en-US"
+
+    async def call_person(self, request: PersonCall) -> PlacedCall:
+        body: dict[str, Any] = {
+            "connection_id": self.connection_id,
+            "to": request.to,
+            "from": request.from_,
+            "webhook_url": request.status_url,
+            "webhook_url_method": "POST",
+            "timeout_secs": max(5, min(600, round(request.ring_timeout))),
+            "answering_machine_detection": "detect",
+        }
+        return await self._place(body, request.to)
+
+    async def brief(self, person_call_id: str, summary: str) -> None:
+        body = {"payload": summary, "voice": self.voice, "language": self.language}
+        await self._command(person_call_id, "speak", body)
+
+    async def join(
+        self, caller_call_id: str, person_call_id: str, room: str, room_url: str
+    ) -> None:
+        await self._command(caller_call_id, "bridge", {"call_control_id": person_call_id})
 
     async def _command(self, call_id: str, action: str, body: dict[str, Any]) -> None:
         body = {**body, "command_id": str(uuid.uuid4())}  # the same one on every retry
@@ -142,6 +186,8 @@ class TelnyxCalls:
             return StatusUpdate(call_id, "initiated", detail=event)
         if event == "call.answered":
             return StatusUpdate(call_id, "answered", detail=event)
+        if event == "call.speak.ended":
+            return StatusUpdate(call_id, briefed=True, detail=event)
         if event == "call.hangup":
             cause = str(payload.get("hangup_cause", ""))[:40]
             return StatusUpdate(call_id, _HANGUP_CAUSES.get(cause, "failed"), detail=cause)

@@ -18,6 +18,15 @@
   machine_end_silence, machine_end_other, fax, unknown), signed like every webhook
   (``twilio_webhook``).
 
+- Warm transfer: the person's call is created with inline TwiML that ``<Say>``s the
+  briefing, then ``<Dial><Conference startConferenceOnEnter endConferenceOnExit>`` a room
+  named for this transfer, with ``MachineDetection=Enable`` (async) so a voicemail is
+  never joined; once a person answered, the caller's call is updated with TwiML
+  ``<Dial><Conference startConferenceOnEnter="false">`` of the same room, which ends its
+  ``<Connect><Stream>`` (the caller waits in the room until the briefed person enters)
+  (https://www.twilio.com/docs/voice/twiml/conference, https://www.twilio.com/docs/voice/twiml/say,
+  https://www.twilio.com/docs/voice/answering-machine-detection).
+
 Retried past a 429 or an unreachable API: everything; past a 5xx: hang-ups only (placing
 or transferring twice would ring twice).
 """
@@ -30,10 +39,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..twilio_webhook import twiml_connect_stream
-from .base import AnsweredKind, CallStatus, DialRequest, PlacedCall, StatusUpdate
+from .base import (
+    AnsweredKind,
+    CallStatus,
+    CarrierError,
+    DialRequest,
+    PersonCall,
+    PlacedCall,
+    StatusUpdate,
+)
 from .http import HttpPolicy, RestClient
 
-__all__ = ["TWILIO_API", "TwilioCalls", "transfer_twiml"]
+__all__ = ["TWILIO_API", "TwilioCalls", "conference_twiml", "transfer_twiml"]
 
 TWILIO_API = "https://api.twilio.com"
 
@@ -108,12 +125,44 @@ class TwilioCalls:
         body = await self.http.request(
             "POST", self._calls(), form=form, idempotent=False, what=f"call {request.to}"
         )
-        sid = body.get("sid") if isinstance(body, dict) else None
-        if not isinstance(sid, str) or not sid:
-            from .base import CarrierError
+        return _placed(body, request.to)
 
-            raise CarrierError(f"twilio: the call to {request.to} was answered without a sid")
-        return PlacedCall("twilio", sid)
+    briefs_inline = True
+    """The briefing is the person's TwiML (``<Say>`` before the conference)."""
+
+    async def call_person(self, request: PersonCall) -> PlacedCall:
+        status_url = request.status_url
+        form: dict[str, str | list[str]] = {
+            "To": request.to,
+            "From": request.from_,
+            "Twiml": conference_twiml(request.room, say=request.summary, starts=True),
+            "StatusCallback": status_url,
+            "StatusCallbackMethod": "POST",
+            "StatusCallbackEvent": ["initiated", "ringing", "answered", "completed"],
+            "Timeout": str(max(5, min(600, round(request.ring_timeout)))),
+            "MachineDetection": "Enable",
+            "AsyncAmd": "true",
+            "AsyncAmdStatusCallback": status_url,
+            "AsyncAmdStatusCallbackMethod": "POST",
+        }
+        body = await self.http.request(
+            "POST", self._calls(), form=form, idempotent=False, what=f"call {request.to}"
+        )
+        return _placed(body, request.to)
+
+    async def brief(self, person_call_id: str, summary: str) -> None:
+        """Nothing to do: the person's TwiML says the briefing."""
+
+    async def join(
+        self, caller_call_id: str, person_call_id: str, room: str, room_url: str
+    ) -> None:
+        await self.http.request(
+            "POST",
+            self._calls(caller_call_id),
+            form={"Twiml": conference_twiml(room, starts=False)},
+            idempotent=False,
+            what=f"move call {caller_call_id} to the conference",
+        )
 
     async def transfer(self, call_id: str, target: str) -> None:
         await self.http.request(
@@ -163,6 +212,32 @@ def transfer_twiml(target: str) -> str:
     else:
         ET.SubElement(dial, "Number").text = target
     return '<?xml version="1.0" encoding="UTF-8"?>' + ET.tostring(response, encoding="unicode")
+
+
+def conference_twiml(room: str, *, say: str = "", starts: bool) -> str:
+    """``<Response>`` [``<Say>``] ``<Dial><Conference>`` ``room``: ``starts`` for the
+    briefed person (the conference starts when they enter), not for the caller, who
+    waits in the room until then. Either leaving ends it."""
+    response = ET.Element("Response")
+    if say:
+        ET.SubElement(response, "Say").text = say
+    dial = ET.SubElement(response, "Dial")
+    conference = ET.SubElement(
+        dial,
+        "Conference",
+        startConferenceOnEnter="true" if starts else "false",
+        endConferenceOnExit="true",
+        beep="false",
+    )
+    conference.text = room
+    return '<?xml version="1.0" encoding="UTF-8"?>' + ET.tostring(response, encoding="unicode")
+
+
+def _placed(body: Any, to: str) -> PlacedCall:
+    sid = body.get("sid") if isinstance(body, dict) else None
+    if not isinstance(sid, str) or not sid:
+        raise CarrierError(f"twilio: the call to {to} was answered without a sid")
+    return PlacedCall("twilio", sid)
 
 
 def _error(body: Any) -> tuple[str | None, str]:
