@@ -32,11 +32,6 @@ import numpy as np
 
 import rejoinder as rj
 from rejoinder.io import Connection
-from rejoinder.session.hearing.answering import (
-    LeaveVoicemail,
-    detect_answered_by,
-    wait_answered_by,
-)
 
 CLINIC = "Doctor Lee's office"
 MESSAGE = (
@@ -56,10 +51,10 @@ class Reminder(rj.Agent):
         self.answered_by: str | None = None
 
     async def on_enter(self) -> None:
-        kind = await wait_answered_by(self.session, timeout=3.0)
+        kind = await rj.wait_answered_by(self.session, timeout=3.0)
         self.answered_by = kind
         if kind == "machine":
-            voicemail = await LeaveVoicemail(MESSAGE, beep_timeout=10.0)
+            voicemail = await rj.LeaveVoicemail(MESSAGE, beep_timeout=10.0)
             if voicemail.outcome != "screening":
                 return  # left (and hung up), or the call ended first
             kind = "screening"
@@ -82,7 +77,7 @@ async def entrypoint(conn: Connection) -> None:
     session: rj.AgentSession[None] = rj.AgentSession(
         llm=_llm(), **local.voice_session_options(), user_away_timeout=None
     )
-    detect_answered_by(session)
+    rj.detect_answered_by(session)
     await conn.serve(session, Reminder())
 
 
@@ -146,7 +141,7 @@ async def run_offline() -> dict[str, Any]:
         user_away_timeout=None,
     )
     session.input.audio, session.output.audio = line, speaker
-    detect_answered_by(session)
+    rj.detect_answered_by(session)
     seen: dict[str, Any] = {"events": [], "spoke_at": None}
     answered = loop.time()
     session.on(

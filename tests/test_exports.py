@@ -46,6 +46,11 @@ API_NAMES = [
     "Owed",
     "DTMFEvent",
     "CollectDigits",
+    "LeaveVoicemail",
+    "Voicemail",
+    "DetectorOptions",
+    "detect_answered_by",
+    "wait_answered_by",
     # metrics
     "LLMMetrics",
     "TTSMetrics",

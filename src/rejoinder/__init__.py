@@ -97,6 +97,13 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     )
     from .models.audio import AudioFrame, AudioInput, AudioOutput, PlaybackFinished
     from .session import ClientDelegation, CollectDigits, Digits
+    from .session.hearing.answering import (
+        DetectorOptions,
+        LeaveVoicemail,
+        Voicemail,
+        detect_answered_by,
+        wait_answered_by,
+    )
 
 # Audio names pull in numpy: load them on first use so text-only programs start fast.
 _LAZY = {
@@ -116,6 +123,12 @@ _LAZY = {
     "AudioInput": "rejoinder.models.audio",
     "AudioOutput": "rejoinder.models.audio",
     "PlaybackFinished": "rejoinder.models.audio",
+    # Calls the agent places: who answered, and leaving a voicemail.
+    "DetectorOptions": "rejoinder.session.hearing.answering",
+    "LeaveVoicemail": "rejoinder.session.hearing.answering",
+    "Voicemail": "rejoinder.session.hearing.answering",
+    "detect_answered_by": "rejoinder.session.hearing.answering",
+    "wait_answered_by": "rejoinder.session.hearing.answering",
     # MCP tool servers: only programs that connect one use them.
     "MCPServer": "rejoinder.mcp_servers",
     "MCPServerError": "rejoinder.mcp_servers",
@@ -150,6 +163,7 @@ __all__ = [
     "ConsoleTextOutput",
     "ConversationItemAddedEvent",
     "DTMFEvent",
+    "DetectorOptions",
     "Digits",
     "EOUMetrics",
     "ErrorEvent",
@@ -167,6 +181,7 @@ __all__ = [
     "InterruptionDetector",
     "LLMError",
     "LLMMetrics",
+    "LeaveVoicemail",
     "MCPServer",
     "MCPServerError",
     "MemoryTextOutput",
@@ -205,9 +220,12 @@ __all__ = [
     "UserStateChangedEvent",
     "UserTurnDiscardedEvent",
     "VoiceLatencyMetrics",
+    "Voicemail",
     "__version__",
     "close_shared",
+    "detect_answered_by",
     "function_tool",
     "is_backchannel",
     "shared",
+    "wait_answered_by",
 ]
