@@ -99,14 +99,14 @@ class HoldAudio:
     async def _loop(self) -> None:
         playing: list[asyncio.Task[bool]] = []
         try:
-            while not self._stopped:
+            # A piece cut by a clear (the caller spoke: a barge-in clears the output) is
+            # followed by the next: the hold goes on until stopped or the call ends.
+            while not self._stopped and not self._playback.closed:
                 playing.append(asyncio.create_task(self._playback.play_signal(self._frame)))
                 if len(playing) < 2:
                     continue
-                heard = await playing.pop(0)
-                if not heard:
-                    break
-                self.pieces_heard += 1
+                if await playing.pop(0):
+                    self.pieces_heard += 1
         finally:
             for task in playing:
                 task.cancel()
@@ -266,9 +266,9 @@ async def run_warm_transfer(
                     logger.info("warm transfer to %s: no answer in %.0f s", target, ring_timeout)
                     return False
                 deadlines.append(began + ring_timeout)
-            elif not progress.human:
+            elif not progress.human and not detect_late:
                 deadlines.append(progress.answered_at + detect_timeout)
-            if brief_asked is not None:
+            if brief_asked is not None and not brief_late:
                 deadlines.append(brief_asked + brief_timeout)
             await _news(changed, hold.line_closed, min(deadlines) - now if deadlines else None)
     finally:
