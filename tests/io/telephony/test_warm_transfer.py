@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rejoinder.io.telephony.line import TransferFailed
 from rejoinder.io.telephony.outbound import OutboundCall, dial
 from rejoinder.testing.carriers import CallOutcome, FakeCall
 
@@ -171,3 +172,70 @@ async def test_nobody_answering_gives_the_caller_back_to_the_agent(
     assert [s for _, s in during[2:] if s != "thinking"][:2] == ["speaking", "listening"]
     assert during[1][0] >= back - 0.05 and back - began >= 0.4
     assert c.closes == ["call ended"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_persons_call_never_streams_and_screens_voicemail(provider: str) -> None:
+    async with agent_on_call(provider, CallOutcome("busy", ring_seconds=0.1)) as c:
+        r = c.rig
+        assert not await r.conns[0].warm_transfer(PERSON, summary=SUMMARY, ring_timeout=5)
+        request = r.carrier.calls[1].request
+        if provider == "twilio":
+            assert request["MachineDetection"] == "Enable" and request["AsyncAmd"] == "true"
+            assert (
+                "<Connect>" not in request["Twiml"] and f"<Say>{SUMMARY}</Say>" in request["Twiml"]
+            )
+        elif provider == "telnyx":
+            assert "stream_url" not in request
+            assert request["answering_machine_detection"] == "detect"
+        else:
+            assert request["machine_detection"] == "true"
+            assert "/plivo/conference?" in request["answer_url"]
+        # its callbacks came to the usual status route, signed, and were accepted
+        assert set(r.carrier.calls[1].callback_answers) == {200}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_refused_call_to_the_person_is_a_transfer_failure(provider: str) -> None:
+    async with agent_on_call(provider, CallOutcome("human")) as c:
+        r = c.rig
+        conn, session = r.conns[0], c.session
+        r.carrier.fail_next(400)
+        with pytest.raises(TransferFailed, match="HTTP 400"):
+            await asyncio.wait_for(conn.warm_transfer(PERSON, summary=SUMMARY, ring_timeout=5), 5)
+        assert len(r.carrier.calls) == 1  # no person's call was placed
+        # a server without its public URL cannot receive the person's callbacks
+        r.service.options = dataclasses.replace(r.service.options, public_url=None)
+        with pytest.raises(TransferFailed, match="public URL"):
+            await asyncio.wait_for(conn.warm_transfer(PERSON, summary=SUMMARY, ring_timeout=5), 5)
+        await r.carrier.until(lambda: session.agent_state == "listening", 5)
+        assert not c.fake.stream.closed and not c.closes
+
+
+async def test_the_conference_webhook_is_signed_and_knows_its_rooms() -> None:
+    import aiohttp
+
+    from rejoinder.io.telephony.signatures import plivo_v3_signature
+
+    async with agent_on_call("plivo", CallOutcome("human")) as c:
+        r = c.rig
+        r.service.warm_rooms.add("rj-known", SUMMARY)
+        fields = {"CallUUID": "x", "CallStatus": "in-progress"}
+
+        async def post(room: str, *, signed: bool, nonce: str = "1") -> tuple[int, str]:
+            url = f"{r.public_url}/plivo/conference?room={room}"
+            headers = {}
+            if signed:
+                signature = plivo_v3_signature(r.carrier.auth_token, "POST", url, fields, nonce)
+                headers = {"X-Plivo-Signature-V3": signature, "X-Plivo-Signature-V3-Nonce": nonce}
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(url, data=fields, headers=headers) as answer,
+            ):
+                return answer.status, await answer.text()
+
+        assert (await post("rj-known", signed=False))[0] == 403
+        assert (await post("rj-unknown", signed=True, nonce="2"))[0] == 404
+        status, xml = await post("rj-known", signed=True, nonce="3")
+        assert status == 200 and "<Speak>" not in xml  # the caller's leg: no briefing
+        assert '<Conference startConferenceOnEnter="false"' in xml and ">rj-known<" in xml

@@ -161,6 +161,7 @@ class Dialer:
     def __init__(self, briefs_inline: bool, refuse: bool = False) -> None:
         self.briefs_inline = briefs_inline
         self.refuse = refuse
+        self.refuse_join = False
         self.person: OutboundCall | None = None
         self.briefs: list[str] = []
         self.joins: list[tuple[str, str]] = []
@@ -188,6 +189,10 @@ class Dialer:
         self.briefs.append(summary)
 
     async def join(self, caller_call_id: str, person: OutboundCall, room: str) -> None:
+        if self.refuse_join:
+            from rejoinder.io.telephony.carriers.base import CarrierError
+
+            raise CarrierError("twilio: cannot move call C1 to the conference: HTTP 404")
         self.joins.append((caller_call_id, room))
 
     async def hangup(self, call_id: str) -> None:
@@ -328,3 +333,15 @@ async def test_a_refused_call_is_a_transfer_failure_and_stops_the_hold() -> None
     with pytest.raises(TransferFailed, match="HTTP 400"):
         await transfer(dialer, hold)
     assert hold.started == hold.stopped == 1 and dialer.hangups == []
+
+
+async def test_a_refused_join_gives_the_caller_back_and_hangs_up_the_person() -> None:
+    dialer, hold = Dialer(True), Hold()
+    dialer.refuse_join = True
+    task = asyncio.create_task(transfer(dialer, hold))
+    await advance(0.5)
+    assert dialer.person is not None
+    dialer.person.apply(StatusUpdate("P1", "answered"), now())
+    dialer.person.apply(StatusUpdate("P1", answered_by="human"), now())
+    assert await asyncio.wait_for(task, 1) is False
+    assert dialer.joins == [] and dialer.hangups == ["P1"] and hold.stopped == 1
