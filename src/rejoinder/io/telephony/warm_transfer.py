@@ -207,7 +207,7 @@ async def run_warm_transfer(
     a briefed person, False when nobody (or a machine) answered in time. Raises
     ``TransferFailed`` when the person's call could not be placed."""
     loop = asyncio.get_running_loop()
-    if brief_timeout is None:  # speech at well under 10 characters a second, and a margin
+    if brief_timeout is None:  # a second per 8 characters (speech runs near 15), and 10 s
         brief_timeout = 10.0 + len(summary) / 8
     room = "rj-" + secrets.token_hex(10)
     hold.start()
