@@ -25,7 +25,10 @@ of one core; the event loop's thread alone; the callers' process; and what the c
 heard: answers, answer delay (end of the phrase to the first agent audio: the VAD's
 silence and the turn's end included), the latest packet of each answer against the
 answer's own schedule (the jitter buffer a phone would need), and the gaps a phone with
-60 ms of buffer would have played. Prints one JSON line per run, then a table.
+60 ms of buffer would have played. Also the time the server was runnable but waited for
+its core (``/proc/PID/task/*/schedstat``): other processes on the pinned core disturb
+every figure, so a run where it passes ``--disturbed`` % of the wall time is repeated
+(``--retries``) and the last attempt kept. Prints one JSON line per run, then a table.
 
     python bench/phone_cpu.py [--calls 1,10,50] [--vad energy,silero] [--paths twilio,sip]
     python bench/phone_cpu.py --calls 10 --vad energy --seconds 10   # a quick look
@@ -90,6 +93,17 @@ class PhoneServer(Server):
         env = {**os.environ, "REJOINDER_BENCH_VAD": vad}
         env.pop("TWILIO_AUTH_TOKEN", None)  # no webhook here: the media socket is open
         ServedProcess.__init__(self, command, port, log_prefix="phone_cpu_server_", env=env)
+
+
+def run_queue_wait(pid: int) -> float:
+    """Seconds the process's threads have waited for a CPU while runnable (the second
+    field of ``/proc/PID/task/TID/schedstat``): where it grows, something else (another
+    process on the pinned core) held the server back and its figures are disturbed."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[1])
+    return total / 1e9
 
 
 async def phrases() -> list[list[bytes]]:
@@ -168,9 +182,11 @@ async def run(
         load = load_average()
         before = sums(callers)
         (s0, sys0, m0), p0, w0 = server.cpu(), time.process_time(), time.monotonic()
+        q0 = run_queue_wait(server.proc.pid)
         await asyncio.sleep(args.seconds)
         wall = time.monotonic() - w0
         s1, sys1, m1 = server.cpu()
+        queued_pct = 100 * (run_queue_wait(server.proc.pid) - q0) / wall
         client_pct = 100 * (time.process_time() - p0) / wall
         after = sums(callers)
         load_after = load_average()
@@ -211,6 +227,7 @@ async def run(
         "server_core_pct": round(server_pct, 2),
         "server_sys_pct": round(100 * (sys1 - sys0) / wall, 2),
         "server_loop_thread_pct": round(100 * (m1 - m0) / wall, 2),
+        "server_waited_for_cpu_pct": round(queued_pct, 2),
         "per_call_core_pct": round((server_pct - idle_pct) / max(live, 1), 3),
         "client_core_pct": round(client_pct, 2),
         "caller_audio_s_per_s_per_call": round(
@@ -245,6 +262,7 @@ COLUMNS = (
     ("server %", "server_core_pct"),
     ("loop thr %", "server_loop_thread_pct"),
     ("idle %", "idle_server_core_pct"),
+    ("waited %", "server_waited_for_cpu_pct"),
     ("per call %", "per_call_core_pct"),
     ("callers %", "client_core_pct"),
     ("answers", "answers"),
@@ -283,7 +301,8 @@ def header(args: argparse.Namespace) -> str:
             f" (60 ms buffer), {args.pause} s pause, the next; {args.warmup} s warm-up,"
             f" {args.seconds} s measured",
             "# % = of one core; per call = (server - idle server) / N; late = latest packet of"
-            " an answer against its schedule; gaps = silences a 60 ms buffer would play",
+            " an answer against its schedule; gaps = silences a 60 ms buffer would play;"
+            " waited = server runnable but not running (another process on its core)",
         ]
     )
 
@@ -298,8 +317,13 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             await server.wait_up()
             for path in args.paths.split(","):
                 for n in counts:
-                    result = await run(server, vad, path, n, args, talk)
-                    print(json.dumps(result), flush=True)
+                    for attempt in range(1 + args.retries):
+                        result = await run(server, vad, path, n, args, talk)
+                        result["attempt"] = attempt + 1
+                        print(json.dumps(result), flush=True)
+                        if result["server_waited_for_cpu_pct"] <= args.disturbed:
+                            break
+                        print(f"# disturbed (waited {result['server_waited_for_cpu_pct']} %)")
                     results.append(result)
             errors = [
                 line
@@ -329,6 +353,10 @@ def main() -> None:
     parser.add_argument(
         "--pause", type=float, default=1.0, help="s between an answer and the next phrase"
     )
+    parser.add_argument(
+        "--disturbed", type=float, default=5.0, help="%% of the time the server waited for its core"
+    )
+    parser.add_argument("--retries", type=int, default=1, help="repeats of a disturbed run")
     parser.add_argument("--server-cpu", default="1", help="taskset CPU list of the server")
     parser.add_argument("--client-cpu", default="0", help="CPU list of the callers (this process)")
     parser.add_argument("--no-pin", dest="pin", action="store_false")
@@ -341,7 +369,7 @@ def main() -> None:
         os.sched_setaffinity(0, {int(c) for c in args.client_cpu.split(",")})
     print(header(args), flush=True)
     runs = len(args.vad.split(",")) * len(args.paths.split(",")) * len(args.calls.split(","))
-    budget = runs * (args.seconds + args.warmup + args.idle + 6.5 + 90) + 120
+    budget = runs * (1 + args.retries) * (args.seconds + args.warmup + args.idle + 6.5 + 90) + 120
     results = asyncio.run(asyncio.wait_for(bench(args), budget))
     print(header(args))
     print(table(results))

@@ -27,7 +27,8 @@ probe's median is within ``--limit`` (1.2) times the single call's. The bench st
 first rate that fails (``--keep-going``: only at failed calls, to see the whole curve).
 Per rate: SIPp's successful and failed calls, its per-call answer times (``-trace_rtt
 -rtt_freq 1``: mean, p90, max), the probe's median and p90, the server's CPU (% of one
-core) and the 1-minute load. At the end, SIPp's final statistics screen at the highest
+core), the time it waited for its core (others on it: a disturbed run) and the 1-minute
+load. At the end, SIPp's final statistics screen at the highest
 rate that passed (the rates after the first late one do not count).
 
     python bench/sip_load.py [--rates 1,2,5,10,20,40] [--length 3] [--single 10] [--keep-going]
@@ -55,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from _phone_callers import SipCaller, noise_chunks, percentile, phrase_chunks
-from phone_cpu import PhoneServer, free_udp_port, machine
+from phone_cpu import PhoneServer, free_udp_port, machine, run_queue_wait
 from ws_cost import HERE
 
 SCENARIO = HERE / "sip" / "answer.xml"
@@ -78,6 +79,8 @@ class SippRun:
     screen: str
     errors: str
     server_pct: float
+    waited_pct: float
+    """% of the time the server was runnable but waited for its core (others on it)."""
     seconds: float
     load_1m: float
 
@@ -109,6 +112,7 @@ class SippRun:
             "probe_ms_p50": round(percentile(self.probe_ms, 0.5), 2),
             "probe_ms_p90": round(percentile(self.probe_ms, 0.9), 2),
             "server_core_pct": round(self.server_pct, 1),
+            "server_waited_pct": round(self.waited_pct, 1),
             "seconds": round(self.seconds, 1),
             "load_1m": round(self.load_1m, 2),
         }
@@ -203,7 +207,7 @@ async def run_sipp(
     if args.pin:
         command = ["taskset", "-c", args.client_cpu, *command]
     load = os.getloadavg()[0]
-    c0, w0 = server.cpu()[0], time.monotonic()
+    c0, w0, q0 = server.cpu()[0], time.monotonic(), run_queue_wait(server.proc.pid)
     probed: list[float] = []
     prober = asyncio.create_task(probe(server, args.probe_every, probed))
     process = await asyncio.create_subprocess_exec(
@@ -219,6 +223,7 @@ async def run_sipp(
         await asyncio.wait([prober], timeout=10.0)
     wall = time.monotonic() - w0
     server_pct = 100 * (server.cpu()[0] - c0) / wall
+    waited_pct = 100 * (run_queue_wait(server.proc.pid) - q0) / wall
     stats, latencies, screen, errors = read_results(work)
     if process.returncode not in (0, 1):
         errors += stderr.decode(errors="replace")
@@ -235,6 +240,7 @@ async def run_sipp(
         screen=screen,
         errors=errors,
         server_pct=server_pct,
+        waited_pct=waited_pct,
         seconds=wall,
         load_1m=load,
     )
@@ -242,7 +248,8 @@ async def run_sipp(
 
 def table(runs: list[dict[str, Any]]) -> str:
     keys = ("rate_cps", "calls", "successful", "failed", "answer_ms_mean", "answer_ms_p90")
-    keys += ("answer_ms_max", "probe_ms_p50", "probe_ms_p90", "server_core_pct", "load_1m")
+    keys += ("answer_ms_max", "probe_ms_p50", "probe_ms_p90", "server_core_pct")
+    keys += ("server_waited_pct", "load_1m")
     keys += ("verdict",)
     lines = ["| " + " | ".join(keys) + " |", "|---" * len(keys) + "|"]
     lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in runs]
