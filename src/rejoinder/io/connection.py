@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from ..models import is_realtime_model
 from ..models.chat import ChatMessage, FunctionCall, FunctionCallOutput, new_id
 from .agent_text import AgentText
+from .call_transfers import CallTransfers
 from .link import ClientLink
 from .microphone import PushAudioInput
 from .playback import ReportedPlayback
@@ -72,7 +73,7 @@ MAX_EARLY_CONTROLS = 32
 are refused."""
 
 
-class Connection:
+class Connection(CallTransfers):
     """One client's session. Built by a transport; given to the entry point.
 
     ``send`` never raises and never blocks: the transport queues the message (and drops
@@ -357,43 +358,6 @@ class Connection:
         )
 
     # ------------------------------------------------------------- agent side
-
-    async def warm_transfer(self, target: str, *, summary: str, ring_timeout: float = 30.0) -> bool:
-        """Hand the caller to a person, warm: ``target`` is called while the caller hears
-        hold audio, the person who answers is briefed with ``summary``, then the two are
-        joined and the session ends (``"transferred"``); returns True. If nobody answers
-        in ``ring_timeout`` seconds (or voicemail does), the caller is taken back: returns
-        False and the agent goes on (say so to the caller). The agent reports
-        ``thinking`` all along. Raises ``TransferFailed`` or ``RuntimeError`` as
-        ``transfer`` does, and when the line cannot transfer warm (SIP: ``transfer``)."""
-        line, session = self.line, self.session
-        warm = getattr(line, "warm_transfer", None)
-        if line is None or warm is None:
-            raise RuntimeError("warm_transfer() needs a phone line that can call a person")
-        if session is None or self._left.is_set():
-            raise RuntimeError("warm_transfer() needs the call's session running")
-        with session.transferring(target) as outcome:
-            handed = bool(await warm(target, summary=summary, ring_timeout=ring_timeout))
-            outcome.value = "transferred" if handed else "taken back"
-        if handed:
-            self.client_left("transferred")
-        return handed
-
-    async def transfer(self, target: str) -> None:
-        """Hand the caller to ``target`` (``"+15551234567"`` or a ``sip:`` URI): a cold
-        transfer. The agent reports ``thinking`` meanwhile, until the session ends (with
-        the reason ``"transferred"``) once the provider took the call over. Raises
-        ``TransferFailed`` (the call stays with the agent) or ``RuntimeError`` when this
-        is not a phone call or its session is not running."""
-        line, session = self.line, self.session
-        if line is None:
-            raise RuntimeError("transfer() is for phone calls: this connection has no line")
-        if session is None or self._left.is_set():
-            raise RuntimeError("transfer() needs the call's session running")
-        with session.transferring(target) as outcome:
-            await line.transfer(target)
-            outcome.value = "transferred"
-        self.client_left("transferred")
 
     async def serve(self, session: AgentSession[Any], agent: Agent) -> None:
         """Run ``session`` with ``agent`` for this client until the client leaves or the

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ..models.vad import VAD
     from .events import AnsweredBy, EventName
     from .options import SessionInput, SessionOptions, SessionOutput
+    from .phone_calls import TransferOutcome
     from .run_result import RunResult
-    from .session import TransferOutcome
     from .speech.handle import SpeechHandle
     from .timeline import Timeline
     from .timeline_events import Owed
