@@ -130,6 +130,18 @@ class Greeter(rj.Agent):
             speak(self, "Hello from the greeter.")
 
 
+class OpensWithAsk(rj.Agent):
+    """The first agent asks through a task from its on_enter (a consent question, an
+    outbound call's voicemail): it has entered once the task took the floor."""
+
+    instructions = "front"
+
+    async def on_enter(self) -> None:
+        with oracle_of(self.session).working(self, "front.on_enter"):
+            await sub_task(self, AskTask(tools=tools()))
+            speak(self, "Thanks, on we go.")
+
+
 class Quiet(rj.Agent):
     """Enters without saying anything: listening is then true."""
 
@@ -423,6 +435,8 @@ class Setup:
     paced: bool = False
     """The audio output takes audio only in real time (as a phone line or a WebRTC track
     does), so capture waits while a reply plays."""
+    opens_with_task: bool = False
+    """The first agent awaits a task from its on_enter (``OpensWithAsk``)."""
 
 
 setups = st.builds(
@@ -431,6 +445,7 @@ setups = st.builds(
     away=st.sampled_from([1.0, 2.0, 4.0]),
     close_with_drain=st.booleans(),
     paced=st.booleans(),
+    opens_with_task=st.booleans(),
 )
 
 
@@ -536,7 +551,10 @@ async def scenario(ops: list[tuple[Any, ...]], setup: Setup) -> None:
     session.output.transcription = MemoryTextOutput()
     StateTimeline(session)  # raises if an event's old state is not the previous new state
     oracle.attach(session)
-    front = rj.Agent(instructions="front", id="front", tools=tools())
+    if setup.opens_with_task:
+        front: rj.Agent = OpensWithAsk(id="front", tools=tools())
+    else:
+        front = rj.Agent(instructions="front", id="front", tools=tools())
     await asyncio.wait_for(session.start(front), BOUND)
     try:
         await play(session, oracle, voice, ops, setup)

@@ -2,10 +2,9 @@
 the beep (or, with no beep by ``beep_timeout``, once the line went quiet; at the latest
 ``give_up`` later), may not be interrupted by what the line still plays, and the call is
 hung up once the message was heard (the speaker's report, not its sending). While it
-waits nobody is owed anything: the agent is ``listening`` (after the session's opening:
-an agent that waits in its first ``on_enter`` keeps the session ``initializing`` until
-the 5 s bound on entering, and its on_enter is then let go on, with a warning), and the
-greeting's words get no reply."""
+waits nobody is owed anything: the agent is ``listening`` from the moment the task took
+the floor (the first agent awaits it from its ``on_enter``, and that counts as entered:
+no ``initializing`` until a bound, no warning), and the greeting's words get no reply."""
 
 from __future__ import annotations
 
@@ -38,7 +37,9 @@ def greeting_with_beep(seed: int) -> tuple[np.ndarray, float, float]:
     return assemble(pieces, 8000, -55.0, rng, phone=True), greeting_end, greeting_end + 1.0
 
 
-async def test_speaks_only_after_the_beep_and_hangs_up_once_it_was_heard() -> None:
+async def test_speaks_only_after_the_beep_and_hangs_up_once_it_was_heard(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     agent = Outbound()
     call = await outbound(agent)
     audio, greeting_end, beep_end = greeting_with_beep(1)
@@ -56,11 +57,13 @@ async def test_speaks_only_after_the_beep_and_hangs_up_once_it_was_heard() -> No
         assert [reason for reason, _ in call.closed] == ["voicemail left"]
         assert call.closed[0][1] >= end
         # Waiting for the beep, nothing was owed: never thinking or speaking before the
-        # message, and listening once the session's opening is over. (The first agent
-        # waits in its on_enter, so the opening lasts until the session's 5 s bound for
-        # it: "initializing" until then; see the module's docstring.)
+        # message, and listening as soon as LeaveVoicemail took the floor from the
+        # first agent's on_enter (it counts as entered: no bound, no warning).
         before = [c.new for c in call.timeline.changes_of("agent") if c.at < start]
-        assert set(before) <= {"initializing", "listening"}, call.timeline.describe()
+        assert before == ["listening"], call.timeline.describe()
+        (listening,) = [c.at for c in call.timeline.changes_of("agent") if c.at < start]
+        assert listening == pytest.approx(agent.answered[1], abs=0.05)
+        assert not [r for r in caplog.records if "on_enter" in r.getMessage()]
         assert call.timeline.state_at(greeting_end) == "listening"
         assert call.timeline.state_at(start - 0.05) == "listening"
         assert call.llm.calls == []

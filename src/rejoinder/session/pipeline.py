@@ -38,9 +38,15 @@ class PipelineEngine(Engine):
         self._user_turns: UserTurns | None = None
 
     async def start(self, agent: Agent, microphone: AudioInput | None) -> None:
+        if microphone is not None:
+            self._start_hearing(microphone)
         await self._agents.start(agent)
-        if microphone is None:
-            return
+
+    def _start_hearing(self, microphone: AudioInput) -> None:
+        """Hear the user from the first moment, while the first agent enters: an
+        ``on_enter`` that waits for something (who answered a phone call, a task) must
+        not leave the user unheard, nor find a backlog of their words answered after
+        its greeting."""
         if self._vad is None or self._stt is None:
             raise RuntimeError("audio input needs both a vad= and an stt= to hear the user")
         # Here, not at import: a text session never loads the hearing side.

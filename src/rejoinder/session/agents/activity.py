@@ -71,7 +71,8 @@ class AgentActivity:
         self._tg: asyncio.TaskGroup | None = None
         self._closed = False
         self.entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        """Resolves once ``on_enter`` has returned (or failed, or the agent stopped)."""
+        """Resolves once ``on_enter`` has returned (or failed, or the agent stopped), or
+        has handed the floor to a task it awaits (see ``AgentStack._task_entered``)."""
         self.task: asyncio.Task[None] | None = None
         """The activity's scope, once the agent stack started it."""
         self.stopped: asyncio.Future[None] | None = None

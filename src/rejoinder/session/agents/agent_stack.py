@@ -224,7 +224,7 @@ class AgentStack(TaskHost):
         # In the session's scope: the switch completes even if the awaiting tool is
         # cancelled half-way (an interrupt racing the task's entry).
         starting = self._ctx.spawn(self._start_task(frame, cut))
-        starting.add_done_callback(lambda _: self._state.close(pending, "entered"))
+        starting.add_done_callback(lambda _: self._task_entered(caller, pending))
         try:
             result = await asyncio.shield(outcome)
         except asyncio.CancelledError:
@@ -238,6 +238,15 @@ class AgentStack(TaskHost):
             raise
         await self._settled(frame)
         return result
+
+    def _task_entered(self, caller: AgentActivity, pending: Obligation) -> None:
+        self._state.close(pending, "entered")
+        if not caller.entered.done():
+            # The caller awaited the task from its on_enter: the task speaks for it now,
+            # so it has entered as far as the session goes (the opening ends, and a task
+            # that waits for the user shows it: listening, not initializing). Its on_enter
+            # goes on once the task returns, owed as ``entering`` again.
+            caller.entered.set_result(None)
 
     async def _start_task(self, frame: _Frame, cut: asyncio.Future[None] | None) -> None:
         if cut is not None:
