@@ -515,6 +515,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         telephony=tuple(args.telephony),
         public_url=args.public_url,
         twilio_auth_token=os.environ.get("TWILIO_AUTH_TOKEN") or None,
+        telnyx_public_key=os.environ.get("TELNYX_PUBLIC_KEY") or None,
+        plivo_auth_token=os.environ.get("PLIVO_AUTH_TOKEN") or None,
         inspect=args.inspect,
     )
     try:

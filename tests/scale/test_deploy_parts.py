@@ -1,11 +1,14 @@
 """The parts of ``rejoinder.deploy.ray`` that need no Ray cluster: the Serve options, the
 proxy's close for a lost replica, the labelled metrics, the replica's bounded drain and
-the CLI's checks (``make test-scale``, with the others)."""
+the CLI's checks, the webhook secrets every replica checks (``make test-scale``, with the
+others)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import time
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
@@ -178,6 +181,71 @@ async def test_a_stopping_replica_drains_bounded(
     assert replica.rejoinder_app.state.resume.closed  # no session waits for a client now
     await session
     await replica.aclose()
+
+
+async def _post(app: Any, path: str, body: bytes, headers: dict[str, str]) -> int:
+    """One HTTP POST through the ASGI app, as a proxy would pass it: the status code."""
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return int(next(m["status"] for m in sent if m["type"] == "http.response.start"))
+
+
+async def test_every_replica_checks_each_providers_webhook_signature(tmp_path: Path) -> None:
+    """A replica serving Telnyx and Plivo calls refuses their unsigned webhooks (403), as
+    it does Twilio's: the secrets reach every replica."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    replica = await _replica(
+        tmp_path,
+        telephony=("twilio", "telnyx", "plivo"),
+        public_url="https://agent.example.com",
+        twilio_auth_token="twilio-secret",
+        telnyx_public_key=base64.b64encode(public).decode(),
+        plivo_auth_token="plivo-secret",
+    )
+    app = replica.rejoinder_app
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    try:
+        event = b'{"data": {"event_type": "call.initiated", "payload": {}}}'
+        json_headers = {"Content-Type": "application/json"}
+        assert await _post(app, "/telnyx/events", event, json_headers) == 403
+        assert await _post(app, "/plivo/answer", b"CallUUID=abc", form) == 403
+        assert await _post(app, "/twilio/twiml", b"CallSid=CA1", form) == 403
+        # A correctly signed Telnyx event passes the check (whatever it then answers).
+        stamp = str(int(time.time()))
+        signature = base64.b64encode(private.sign(stamp.encode() + b"|" + event)).decode()
+        signed = {
+            **json_headers,
+            "telnyx-signature-ed25519": signature,
+            "telnyx-timestamp": stamp,
+        }
+        assert await _post(app, "/telnyx/events", event, signed) != 403
+    finally:
+        await replica.aclose()
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,10 @@ class RayOptions:
     telephony: tuple[str, ...] = ()
     public_url: str | None = None
     twilio_auth_token: str | None = field(default=None, repr=False)
+    telnyx_public_key: str | None = field(default=None, repr=False)
+    plivo_auth_token: str | None = field(default=None, repr=False)
+    """The webhook secrets, as ``TelephonyOptions`` takes them: every replica checks the
+    signatures of the providers it serves."""
     inspect: bool = False
     resume_grace: float = DEFAULT_GRACE
     """Seconds a session whose client dropped waits for it on its replica (0: off). A
@@ -233,6 +237,7 @@ class RejoinderReplica:
         loads at import, and its ``prewarm``) counts towards it."""
         from ..discover import load_agent_file
         from ..io.asgi import create_asgi_app
+        from ..io.telephony import TelephonyOptions
 
         options = self.rejoinder_options
         loaded = await asyncio.to_thread(load_agent_file, options.path)
@@ -243,8 +248,12 @@ class RejoinderReplica:
             entrypoint,
             max_sessions=options.sessions_per_replica,
             telephony=options.telephony,
-            public_url=options.public_url,
-            twilio_auth_token=options.twilio_auth_token,
+            telephony_options=TelephonyOptions(
+                public_url=options.public_url,
+                twilio_auth_token=options.twilio_auth_token,
+                telnyx_public_key=options.telnyx_public_key,
+                plivo_auth_token=options.plivo_auth_token,
+            ),
             inspect=options.inspect,
             metrics_labels=self.rejoinder_labels,
             resume_grace=options.resume_grace,
