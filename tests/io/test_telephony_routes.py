@@ -175,9 +175,13 @@ async def test_a_signed_webhook_gets_a_stream_with_the_numbers_and_a_token(
     assert stream_url == served.ws + "/twilio"
     assert params["From"] == CALL["From"] and params["To"] == CALL["To"]
     assert set(params) == {"From", "To", TOKEN_PARAMETER} and len(params[TOKEN_PARAMETER]) >= 16
-    # each webhook announces the stream anew
-    _, again = await served.post("/twilio/twiml" + query, CALL, twilio_signature(AUTH, url, CALL))
-    assert stream_of(again)[1][TOKEN_PARAMETER] != params[TOKEN_PARAMETER]
+    # the same signed webhook again is a replay: no second token for the call
+    again = await served.post("/twilio/twiml" + query, CALL, twilio_signature(AUTH, url, CALL))
+    assert again[0] == 403
+    # each call's webhook announces its own stream
+    other = {**CALL, "CallSid": CALL["CallSid"] + "0"}
+    _, body = await served.post("/twilio/twiml" + query, other, twilio_signature(AUTH, url, other))
+    assert stream_of(body)[1][TOKEN_PARAMETER] != params[TOKEN_PARAMETER]
 
 
 async def test_behind_a_proxy_the_public_url_is_signed_and_streamed_to(serve: Serve) -> None:

@@ -1,8 +1,8 @@
-"""Every status callback route refuses what its provider did not sign: a bad, missing or
-stale signature, or a replay of an accepted request, gets 403 and the call's status stays
-as it was; an authentic callback for a call the server does not know gets 404; a route
-whose provider's secret is not configured refuses everything and ``dial`` refuses to
-place calls it could not follow."""
+"""Every status callback route (and Twilio's voice webhook) refuses what its provider did
+not sign: a bad, missing or stale signature, or a replay of an accepted request, gets 403
+and the call's status stays as it was; an authentic callback for a call the server does
+not know gets 404; a route whose provider's secret is not configured refuses everything
+and ``dial`` refuses to place calls it could not follow."""
 
 from __future__ import annotations
 
@@ -143,3 +143,23 @@ async def test_plivo_answer_and_transfer_webhooks_are_checked_too() -> None:
             assert await post(url, (form, {})) == 403
             assert await post(url, (form, headers)) == 200
         assert call.status == "ringing"
+
+
+async def test_a_replayed_twilio_voice_webhook_gets_no_second_stream_token() -> None:
+    """Sent again, the signed voice webhook would hand out a fresh media-socket token for
+    a call that is not ringing: the replay is refused."""
+    async with rig("twilio") as r:
+        url = f"{r.public_url}/twilio/twiml"
+        form = {"CallSid": "CA9", "From": "+1555", "To": "+1666"}
+        signed = (form, {"X-Twilio-Signature": twilio_signature(r.carrier.auth_token, url, form)})
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, data=form, headers=signed[1]) as first,
+        ):
+            assert first.status == 200
+            assert "<Stream" in await first.text()
+        assert await post(url, signed) == 403
+        # another call's webhook is its own: answered
+        other = {**form, "CallSid": "CA10"}
+        headers = {"X-Twilio-Signature": twilio_signature(r.carrier.auth_token, url, other)}
+        assert await post(url, (other, headers)) == 200

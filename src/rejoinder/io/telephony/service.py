@@ -192,6 +192,11 @@ class TelephonyService:
             if not validate_twilio_signature(token, url, signed, request.signature):
                 logger.warning("twilio webhook from %s: bad signature", request.remote)
                 return HttpAnswer.text("invalid X-Twilio-Signature", status=403)
+            # Each call's webhook is signed once: sent again, it would be a way to get a
+            # fresh media-socket token for a call that is not ringing.
+            if not self.replays.admit(f"twilio-voice:{request.signature}", self.clock()):
+                logger.warning("twilio webhook from %s refused: a replay", request.remote)
+                return HttpAnswer.text("webhook refused: a replay", status=403)
         with self.gate.admit() as admission:  # counted as refused in /metrics when full
             if admission is None:
                 return HttpAnswer.xml(_reject_busy())
