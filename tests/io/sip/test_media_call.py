@@ -6,8 +6,9 @@ silence suppression does; keys as RFC 4733 events) against an entry point servin
 Checked: the caller's phrase reaches the session (the scripted STT's transcript ends the
 turn although the trunk went quiet), the answer comes back as RTP a phone would play
 (20 ms packets at the real-time pace, one SSRC, sequence and timestamp stepping by one
-packet, the marker on the talkspurt's first), ``speaking`` follows the send clock plus
-the playout delay, keys become ``dtmf`` session events, and a hang-up ends the session."""
+packet, the marker on the talkspurt's first, none more than ``send_ahead`` before its
+play slot), ``speaking`` follows the play slots plus the playout delay, keys become
+``dtmf`` session events, and a hang-up ends the session."""
 
 from __future__ import annotations
 
@@ -81,13 +82,19 @@ async def test_a_caller_talks_with_an_agent_over_rtp() -> None:
         gaps = np.diff(times)
         assert float(np.mean(gaps)) == pytest.approx(0.02, abs=0.002)
         assert times[-1] - times[0] == pytest.approx(0.02 * (expected - 1), abs=0.05)
-        assert float(gaps.max()) < 0.06  # never a burst ahead, never a long stall
-        # speaking: from the first packet plus the playout delay to the last plus it.
+        assert float(gaps.max()) < 0.06  # never a long stall
+        # Play slots: the timestamps on the media clock (the first packet goes on its
+        # slot); none is sent more than send_ahead before its own.
+        slots = [times[0] + (p.timestamp - packets[0].timestamp) % 2**32 / 8000 for p in packets]
+        ahead = options.send_ahead
+        assert all(t >= s - ahead - 0.01 for t, s in zip(times, slots, strict=True))
+        # speaking: from the first packet's slot, its 20 ms and the playout delay, to the
+        # last one's.
         speaking = [t for t, s in states if s == "speaking"]
         assert len(speaking) == 1
-        assert speaking[0] == pytest.approx(times[0] + DELAY, abs=0.04)
+        assert speaking[0] == pytest.approx(slots[0] + 0.02 + DELAY, abs=0.04)
         listening = next(t for t, s in states if s == "listening" and t > speaking[0])
-        assert listening == pytest.approx(times[-1] + DELAY, abs=0.04)
+        assert listening == pytest.approx(slots[-1] + 0.02 + DELAY, abs=0.04)
 
         # Keys pressed on the phone: one dtmf event each.
         await peer.press(4, ts=10_000)

@@ -1,6 +1,8 @@
-"""RtpPlayback on virtual time: packets paced at 20 ms with RTP numbering, and the
-playback truth on the send clock — a sample is heard ``playout_delay`` after the packet
-carrying it was sent; a clear stops sending at once; nothing counts as heard on hold."""
+"""RtpPlayback on virtual time: packets paced at 20 ms with RTP numbering, up to
+``send_ahead`` before their play slot, and the playback truth on the slots — a packet is
+heard once its audio has had its slot plus ``playout_delay``; a clear stops sending at
+once; nothing counts as heard on hold. (The lead under stalls, clears and at random:
+``test_rtp_send_ahead.py``.)"""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from rejoinder.models.audio import AudioFrame, PlaybackFinished
 
 RATE = 8000
 DELAY = 0.15
+AHEAD = 0.04
+PACKET = 0.02
 
 
 def loud(seconds: float) -> AudioFrame:
@@ -44,6 +48,11 @@ class Rig:
     def now(self) -> float:
         return round(self.loop.time() - self.t0, 4)
 
+    @staticmethod
+    def slot(timestamp: int) -> float:
+        """The play slot of ``timestamp`` on the rig's media clock (seconds from t0)."""
+        return round((timestamp - 1000) / RATE, 4)
+
     def _send(self, frame: AudioFrame, timestamp: int, marker: bool) -> None:
         self.packets.append((self.now(), timestamp, marker, frame))
 
@@ -53,21 +62,24 @@ class Rig:
 
 
 @pytest.mark.looptime
-async def test_speaking_follows_the_send_clock_plus_the_playout_delay() -> None:
+async def test_speaking_follows_the_play_slots_plus_the_playout_delay() -> None:
     rig = Rig()
     await rig.say(0.125)  # 6 whole packets and 5 ms
     await asyncio.sleep(1)
-    times = [t for t, _, _, _ in rig.packets]
-    assert times == pytest.approx([0.02 * i for i in range(7)])  # paced, never ahead
     stamps = [ts for _, ts, _, _ in rig.packets]
     assert stamps == [1000 + 160 * i for i in range(7)]
+    # Paced, each AHEAD before its slot (the first three at once: the lead builds up).
+    times = [t for t, _, _, _ in rig.packets]
+    assert times == pytest.approx([max(0.0, 0.02 * i - AHEAD) for i in range(7)])
     assert [m for _, _, m, _ in rig.packets] == [True] + [False] * 6
     assert all(f.samples_per_channel == 160 for *_, f in rig.packets)
     tail = rig.packets[-1][3].data
     assert (tail[:40] == 1000).all() and (tail[40:] == 0).all()  # padded with silence
+    # Heard once a packet's audio has had its slot, plus the delay: from the first
+    # packet's end to the last sample's.
     assert rig.events == [
-        (pytest.approx(DELAY), "started"),
-        (pytest.approx(0.12 + DELAY), PlaybackFinished(0.125, interrupted=False)),
+        (pytest.approx(PACKET + DELAY), "started"),
+        (pytest.approx(0.125 + DELAY), PlaybackFinished(0.125, interrupted=False)),
     ]
 
 
@@ -114,12 +126,15 @@ async def test_a_clear_stops_sending_at_once_and_keeps_what_was_heard() -> None:
     await asyncio.sleep(1)
     assert len(rig.packets) == sent, "nothing is sent after the clear"
     assert all(t <= cleared_at for t, *_ in rig.packets)
-    # Heard: what was sent playout_delay before the clear (the rest plays too, but the
-    # history errs towards less).
+    assert rig.slot(rig.packets[-1][1]) == pytest.approx(cleared_at + AHEAD)  # sent ahead
+    # Heard: the packets whose slot came playout_delay before the clear (the rest,
+    # those sent ahead included, plays too, but the history errs towards less).
     (_, started), (at, finished) = rig.events
     assert started == "started"
     assert at == pytest.approx(cleared_at) and finished.interrupted
-    heard_packets = sum(1 for t, *_ in rig.packets if t + DELAY <= cleared_at)
+    heard_packets = sum(
+        1 for _, ts, *_ in rig.packets if rig.slot(ts) + PACKET + DELAY <= cleared_at + 1e-9
+    )
     assert finished.position == pytest.approx(heard_packets * 0.02)
     # The next reply starts a talkspurt of its own, numbered after the last one.
     last_ts = rig.packets[-1][1]
@@ -129,7 +144,8 @@ async def test_a_clear_stops_sending_at_once_and_keeps_what_was_heard() -> None:
     await asyncio.sleep(1)
     first = rig.packets[sent]
     assert first[2] is True and first[1] > last_ts
-    assert rig.events[0] == (pytest.approx(first[0] + DELAY), "started")
+    assert rig.slot(first[1]) == pytest.approx(first[0], abs=1e-4)  # on its slot
+    assert rig.events[0] == (pytest.approx(first[0] + PACKET + DELAY, abs=1e-4), "started")
     assert rig.events[1][1] == PlaybackFinished(0.1, interrupted=False)
 
 
@@ -144,9 +160,11 @@ async def test_on_hold_nothing_is_sent_and_nothing_counts_as_heard() -> None:
     sent = len(rig.packets)
     (_, _), (at, finished) = rig.events
     assert at == pytest.approx(held_at) and finished.interrupted
-    # Audio sent in the last playout_delay was not heard: the line went quiet.
+    # Audio whose slot had not come playout_delay before was not heard: the line went
+    # quiet.
     assert finished.position == pytest.approx(
-        sum(1 for t, *_ in rig.packets if t + DELAY <= held_at) * 0.02
+        sum(1 for _, ts, *_ in rig.packets if rig.slot(ts) + PACKET + DELAY <= held_at + 1e-9)
+        * 0.02
     )
     await speaking  # the rest of the cut reply is dropped
     # A reply while on hold waits: not sent, never started.
@@ -162,9 +180,16 @@ async def test_on_hold_nothing_is_sent_and_nothing_counts_as_heard() -> None:
     resumed = rig.packets[sent:]
     assert len(resumed) == 10 and resumed[0][2] is True
     assert resumed[0][0] == pytest.approx(unheld_at)
+    assert rig.slot(resumed[0][1]) == pytest.approx(unheld_at, abs=1e-4)
+    last_slot = rig.slot(resumed[-1][1])
+    assert last_slot == pytest.approx(unheld_at + 0.18, abs=1e-4)
+    assert resumed[-1][0] == pytest.approx(last_slot - AHEAD, abs=1e-4)
     assert rig.events == [
-        (pytest.approx(unheld_at + DELAY), "started"),
-        (pytest.approx(resumed[-1][0] + DELAY), PlaybackFinished(0.2, interrupted=False)),
+        (pytest.approx(unheld_at + PACKET + DELAY, abs=1e-4), "started"),
+        (
+            pytest.approx(last_slot + PACKET + DELAY, abs=1e-4),
+            PlaybackFinished(0.2, interrupted=False),
+        ),
     ]
 
 
@@ -201,6 +226,6 @@ async def test_a_quiet_line_gets_a_packet_of_silence_now_and_then() -> None:
     assert m1 and m2 and not f1.data.any() and not f2.data.any()  # silence, talkspurts
     assert len(audio) == 5 and audio[0][2] is True  # the reply: a talkspurt of its own
     assert audio[0][1] - ts1 == round((audio[0][0] - t1) * RATE)
-    assert ts2 - audio[-1][1] == round((t2 - audio[-1][0]) * RATE)
+    assert ts2 - audio[-1][1] == round((t2 - rig.slot(audio[-1][1])) * RATE)
     # Keepalives are not the agent's audio: the reply alone was heard.
     assert [e for _, e in rig.events] == ["started", PlaybackFinished(0.1, interrupted=False)]

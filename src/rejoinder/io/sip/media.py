@@ -10,9 +10,10 @@ calls ``RtpCall.open``; this module does the rest of the audio:
   nothing arrives (a trunk's silence suppression must still end the caller's turn).
   Telephone-events (RFC 4733) become ``conn.keypad(key)``: the session's ``dtmf`` events.
   Any other payload type is ignored, logged once per type.
-* sending: ``RtpPlayback`` paces the agent's audio at 20 ms per packet and is the
-  connection's speaker; its playback truth is the send clock plus a fixed playout delay
-  (see ``rtp_playback``). ``send_dtmf`` sends keys as telephone-events on the same SSRC.
+* sending: ``RtpPlayback`` paces the agent's audio at 20 ms per packet, up to
+  ``send_ahead`` early, and is the connection's speaker; its playback truth is each
+  packet's play slot plus a fixed playout delay (see ``rtp_playback``). ``send_dtmf``
+  sends keys as telephone-events on the same SSRC.
 * symmetric RTP (RFC 4961) for NAT: until the first packet arrives we send to the SDP
   address; from then on to the address the far end's packets come from (*latching*), and
   packets from any other address are dropped (a stray or spoofed source cannot take the
@@ -54,7 +55,7 @@ from .jitter import JitterBuffer
 from .ports import RtpSocket, bind_rtp_socket, check_port, is_ip, resolve
 from .rfc4733 import DtmfReceiver, plan, press
 from .rtp import BadPacket, RtpSender, parse_rtp
-from .rtp_playback import PLAYOUT_DELAY, RtpPlayback
+from .rtp_playback import PLAYOUT_DELAY, SEND_AHEAD, RtpPlayback
 
 __all__ = ["RtpCall", "SipMediaOptions"]
 
@@ -88,8 +89,13 @@ class SipMediaOptions:
     each time): a NAT binding or a far end's RTP timeout would otherwise end a call in
     which the agent listens for long. None: never."""
     playout_delay: float = PLAYOUT_DELAY
-    """Seconds from sending the agent's audio to the caller hearing it (the playback
-    truth's estimate; see ``rtp_playback``)."""
+    """Seconds from a packet's play slot (its RTP timestamp on the media clock) to the
+    caller hearing it (the playback truth's estimate; see ``rtp_playback``)."""
+    send_ahead: float = SEND_AHEAD
+    """Seconds the agent's packets go out before their play slot, so that a stall of the
+    event loop shorter than that (plus the far end's jitter buffer) is not heard. Small:
+    a far end's jitter buffer drops what comes too early, and a barge-in cannot take back
+    what was sent (see ``rtp_playback``). 0: exactly on time."""
     max_mic_seconds: float = 5.0
     mic_batch_interval: float = MIC_BATCH_INTERVAL
 
@@ -107,6 +113,8 @@ class SipMediaOptions:
             raise ValueError("keepalive must be positive (or None)")
         if not 0 <= self.playout_delay <= 2.0:
             raise ValueError("playout_delay must be between 0 and 2 seconds")
+        if not 0 <= self.send_ahead <= 0.2:
+            raise ValueError("send_ahead must be between 0 and 0.2 seconds")
         if self.mic_batch_interval < 0:
             raise ValueError("mic_batch_interval must not be negative")
 
@@ -203,6 +211,7 @@ class RtpCall:
             send_packet=self._send_audio,
             timestamp_at=self.sender.timestamp_at,
             playout_delay=opts.playout_delay,
+            send_ahead=opts.send_ahead,
         )
         self.connection = Connection(
             transport="sip",
