@@ -4,24 +4,30 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck pytest chromium sip-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp]'
+# The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
+# lint tools), so a fresh clone reaches its first page quickly.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[local,webrtc]'
 	# silero-vad's wheel carries the VAD model; its torch dependency is not needed.
-	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
 	# pipecat-ai's wheel carries the Smart Turn model (local.SmartTurn); only the file is used.
-	$(BIN)/python -m pip install --quiet --no-deps pipecat-ai==1.14.0
+	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0
+	touch $(DEMO_STAMP)
+
+# Everything the tests, the linters and the benchmarks use, on top of the demo's install.
+$(STAMP): $(DEMO_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp]'
 	touch $(STAMP)
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
 # LLM, Piper): `make demo LLM=gpt-4o-mini` (and BASE_URL=... for Ollama, vLLM...) uses a
 # real model through an OpenAI-compatible API, `LLM=anthropic/claude-sonnet-4-5` Claude;
 # ARGS=... go to `rejoinder dev`.
-demo: $(STAMP) js
+demo: $(DEMO_STAMP) js
 	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
 	@echo "For the text console instead: $(BIN)/rejoinder console"
 	@$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
