@@ -28,6 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from . import _extras
 from .models import ToolDefinition, ToolError
 from .session.tools.function_tool import arguments_object
 from .session.tools.run_context import RunContext
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["MCPServer", "MCPServerError"]
 
 logger = logging.getLogger("rejoinder.mcp")
-
-_INSTALL = "pip install 'rejoinder[mcp]'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,8 +362,6 @@ def _describe(exc: BaseException) -> str:
 
 
 def _require_mcp() -> Any:
-    try:
+    with _extras.needed("mcp", "MCP servers", error=MCPServerError):
         import mcp
-    except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-        raise MCPServerError(f"MCP servers need the mcp package: {_INSTALL}") from exc
     return mcp

@@ -43,6 +43,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import _extras
 from .models.chat import AgentHandoff, FunctionCall, FunctionCallOutput
 from .session.events import ErrorEvent
 
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionTrace", "trace_session"]
 
-_INSTALL = "pip install 'rejoinder[otel]'"
 _attached: weakref.WeakSet[AgentSession[Any]] = weakref.WeakSet()
 
 
@@ -75,10 +75,8 @@ def trace_session(
     ``opentelemetry.trace.get_tracer("rejoinder")``. A session is traced once at a time:
     attaching again before the first trace closed raises ``RuntimeError``. With
     ``capture_content`` transcripts and tool arguments and outputs are recorded too."""
-    try:
+    with _extras.needed("otel", "rejoinder.telemetry"):
         from opentelemetry import trace
-    except ImportError as exc:
-        raise ImportError(f"rejoinder.telemetry needs OpenTelemetry: {_INSTALL}") from exc
     from .session.session import AgentSession
 
     if not isinstance(session, AgentSession):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import _extras
 from .session.timeline import read_timeline
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ __all__ = ["MAX_ROWS", "Bar", "Layout", "Link", "Marker", "Span", "draw_timeline
 
 MAX_ROWS = 30  # obligation rows drawn; bars packed below them are counted as "+N more"
 NOTE_CHARS, FLAGS = 40, ("committed", "audible", "yielded")
-PROG, INSTALL_HINT = "rejoinder timeline", "pip install 'rejoinder[plot]'"
+PROG, INSTALL_HINT = "rejoinder timeline", _extras.install_command("plot")
 
 Interval = tuple[float, float]
 AGENT_COLORS = {"initializing": "#b0b0b0", "listening": "#8fd18f", "thinking": "#f5a623"}
@@ -303,13 +304,11 @@ def draw_timeline(
 ) -> Path:
     """Render the timeline ``entries`` as a PNG at ``path`` (see the module docstring);
     ``start``/``end`` crop it (seconds from the first entry)."""
-    try:
+    with _extras.needed("plot", "drawing a timeline"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
-    except ImportError as exc:
-        raise ImportError(f"drawing a timeline needs matplotlib: {INSTALL_HINT}") from exc
     entries = list(entries)
     lay = layout(entries, start=start, end=end)
     duration = max(lay.end - lay.start, 0.5)

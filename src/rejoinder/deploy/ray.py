@@ -53,6 +53,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .. import _extras
 from ..io.resume import DEFAULT_GRACE
 
 __all__ = [
@@ -77,7 +78,7 @@ __all__ = [
 
 logger = logging.getLogger("rejoinder.deploy.ray")
 
-INSTALL_HINT = "pip install 'rejoinder[ray]'"
+INSTALL_HINT = _extras.install_command("ray")
 DEFAULT_SESSIONS_PER_REPLICA = 8
 DEPLOYMENT_NAME = "RejoinderAgent"
 CLOSE_MARGIN = 15.0
@@ -93,10 +94,7 @@ class RayUnavailable(ImportError):
 
 def _module(name: str) -> Any:
     """A module of Ray, untyped (Ray's own annotations are not checked here)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise RayUnavailable(f"Ray Serve is not installed ({exc}); {INSTALL_HINT}") from exc
+    return _extras.import_module("ray", name, what="rejoinder serve --ray", error=RayUnavailable)
 
 
 @dataclass(frozen=True, slots=True)

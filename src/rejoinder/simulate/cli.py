@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import _extras
 from .checks import Verdict, check_all
 from .loading import load_scenario
 from .runner import Simulation, simulate
@@ -134,14 +135,11 @@ def draw(entries: list[dict[str, Any]], path: Path) -> str | None:
         # a module that cannot be imported now.
         timeline_plot = importlib.import_module("rejoinder.timeline_plot")
     except ImportError as exc:
-        return (
-            f"--picture needs rejoinder.timeline_plot and matplotlib "
-            f"(pip install 'rejoinder[plot]'): {exc}"
-        )
+        return _extras.missing_message("plot", "--picture", exc)
     try:
         timeline_plot.draw_timeline(entries, path)
-    except ImportError as exc:
-        return f"--picture needs matplotlib (pip install 'rejoinder[plot]'): {exc}"
+    except ImportError as exc:  # draw_timeline's message names the extra
+        return f"--picture: {exc}"
     except Exception as exc:
         return f"drawing {path} failed: {type(exc).__name__}: {exc}"
     return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import _extras
 from .scenario import Scenario, ScenarioError
 
 __all__ = ["describe_errors", "load_scenario", "parse_scenario"]
@@ -29,12 +30,8 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(text: str, *, where: str = "<scenario>") -> Scenario:
-    try:
+    with _extras.needed("simulate", "reading a scenario (YAML)", error=ScenarioError):
         import yaml  # type: ignore[import-untyped, unused-ignore]
-    except ImportError:  # pragma: no cover - the simulate extra brings it
-        raise ScenarioError(
-            "scenarios are YAML: install PyYAML (pip install 'rejoinder[simulate]')"
-        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -46,20 +46,11 @@ Needs the ``asgi`` extra (``pip install 'rejoinder[asgi]'``: Starlette, and uvic
 
 from __future__ import annotations
 
-try:
-    import starlette  # noqa: F401
-except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ImportError(
-        "rejoinder.io.asgi needs the asgi extra: pip install 'rejoinder[asgi]'"
-    ) from exc
-
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Route, WebSocketRoute
-
+from ... import _extras
 from ..admission import SessionGate
 from ..connection import Connection, Entrypoint
 from ..hosting import health_answer, host_gate, metrics_answer, observed, resume_registry
@@ -70,9 +61,13 @@ from ..websocket import WebSocketOptions
 if TYPE_CHECKING:
     from ..telephony import TelephonyOptions
 
-from .http import answering, inspect_routes, page_routes
-from .phone import telephony_routes, telephony_service
-from .sockets import AsgiFrames, client_route
+with _extras.needed("asgi", "rejoinder.io.asgi"):  # .http and the others import it too
+    from starlette.applications import Starlette
+    from starlette.routing import BaseRoute, Route, WebSocketRoute
+
+    from .http import answering, inspect_routes, page_routes
+    from .phone import telephony_routes, telephony_service
+    from .sockets import AsgiFrames, client_route
 
 __all__ = ["AsgiFrames", "create_asgi_app"]
 

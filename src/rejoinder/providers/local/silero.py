@@ -42,6 +42,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
+from ... import _extras
 from ...models.audio import PCM16, AudioFrame
 from ...models.audio_utils import FrameRebuffer, Resampler
 from ...models.vad import VAD, VADEvent, VADStream
@@ -72,7 +73,7 @@ _GATE_SPEECHY = 0.5
 """The gate closes only when the quietest fifth of the windows is, on average, this likely
 speech to the model: the background itself sounds like talk (babble)."""
 
-_PIP_ORT = "pip install onnxruntime==1.31.1 (or: pip install 'rejoinder[local]')"
+_ONNXRUNTIME = "onnxruntime==1.31.1"
 _PIP_SILERO = "pip install --no-deps silero-vad==6.2.3"
 
 
@@ -107,10 +108,8 @@ def _load_session() -> InferenceSession:
     """One engine per process: every ``SileroVAD`` and stream shares it (the model is
     stateless, each stream passes its own state, and onnxruntime runs concurrent calls
     safely), so a new session does not load the model again."""
-    try:
+    with _extras.needed("local", "SileroVAD", error=RuntimeError, packages=_ONNXRUNTIME):
         import onnxruntime  # type: ignore[import-untyped]  # ships no type information
-    except ImportError as exc:
-        raise RuntimeError(f"SileroVAD needs onnxruntime: {_PIP_ORT}") from exc
     path = model_path()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ... import _extras
 from ...models.audio import AudioFrame
 from ...models.turn_detector import TurnDetector, TurnDetectorError
 from .model_worker import ModelWorker
@@ -53,7 +54,6 @@ WINDOW_SECONDS = 8
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
 _DISTRIBUTION = "pipecat-ai"
 _PIP_PIPECAT = "pip install --no-deps pipecat-ai==1.14.0"
-_PIP_LOCAL = "pip install 'rejoinder[local]'"
 _NORM_EPS = 1e-7  # the variance floor of the normalisation the model was trained with
 
 Float32 = npt.NDArray[np.float32]
@@ -188,10 +188,8 @@ class SmartTurn(TurnDetector):
         return (str(self.model_path or ""), self.cpu_threads)
 
     def _load_session(self) -> _InferenceSession:
-        try:
+        with _extras.needed("local", "SmartTurn", error=TurnDetectorError):
             import onnxruntime  # type: ignore[import-untyped]  # ships no type information
-        except ImportError as exc:
-            raise TurnDetectorError(f"SmartTurn needs onnxruntime: {_PIP_LOCAL}") from exc
         path = self.model_path if self.model_path is not None else model_path()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.cpu_threads
@@ -229,11 +227,9 @@ def _default_threads() -> int:
 
 
 def _load_extractor() -> Any:
-    try:
-        with _hub_offline():  # faster-whisper's import reads the hub's settings once
-            from faster_whisper.feature_extractor import (  # type: ignore[import-untyped]
-                FeatureExtractor,
-            )
-    except ImportError as exc:
-        raise TurnDetectorError(f"SmartTurn needs faster-whisper ({exc}); {_PIP_LOCAL}") from exc
+    # faster-whisper's import reads the hub's settings once
+    with _extras.needed("local", "SmartTurn", error=TurnDetectorError), _hub_offline():
+        from faster_whisper.feature_extractor import (  # type: ignore[import-untyped]
+            FeatureExtractor,
+        )
     return FeatureExtractor(feature_size=80, sampling_rate=SAMPLE_RATE, chunk_length=WINDOW_SECONDS)

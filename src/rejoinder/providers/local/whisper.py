@@ -85,13 +85,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ... import _extras
 from ...models.audio import AudioFrame
 from ...models.audio_utils import resample
 from ...models.stt import STT, STTError, Transcript
 from .model_worker import ModelWorker, Urgency
 from .whisper_files import (  # noqa: F401 - _BASE_SHA256: the tests check the file by it
     _BASE_SHA256,
-    _INSTALL_HINT,
     _bundled_base,
     _bundled_model_path,
     _hub_offline,
@@ -284,13 +284,10 @@ class WhisperSTT(STT):
             return self._model
 
     def _load(self) -> Any:
-        try:
-            # faster-whisper imports huggingface_hub, which reads HF_HUB_OFFLINE once, at
-            # import; the model is local (a directory or bytes), so the hub is never needed.
-            with _hub_offline():
-                from faster_whisper import WhisperModel  # type: ignore[import-untyped]  # no types
-        except ImportError as exc:
-            raise STTError(f"WhisperSTT needs faster-whisper ({exc}); {_INSTALL_HINT}") from exc
+        # faster-whisper imports huggingface_hub, which reads HF_HUB_OFFLINE once, at
+        # import; the model is local (a directory or bytes), so the hub is never needed.
+        with _extras.needed("local", "WhisperSTT", error=STTError), _hub_offline():
+            from faster_whisper import WhisperModel  # type: ignore[import-untyped]  # no types
         files: dict[str, bytes] | None = None
         if self.model_path is not None:
             path = self.model_path

