@@ -81,8 +81,12 @@ def control_for(carrier: Any, public_url: str) -> Dialing:
 
 
 @asynccontextmanager
-async def rig(provider: str, *outcomes: CallOutcome) -> AsyncIterator[Rig]:
-    make = scripted_session([], [], lambda: ScriptedTTS(seconds_per_char=SECONDS_PER_CHAR))
+async def rig(
+    provider: str, *outcomes: CallOutcome, seconds_per_char: float = SECONDS_PER_CHAR
+) -> AsyncIterator[Rig]:
+    """``seconds_per_char``: the scripted voice's pace (the greeting lasts
+    ``len(GREETING) * seconds_per_char`` seconds of real time on the line)."""
+    make = scripted_session([], [], lambda: ScriptedTTS(seconds_per_char=seconds_per_char))
     rigged: Rig
 
     async def entrypoint(conn: Connection) -> None:

@@ -20,7 +20,7 @@ from rejoinder.io.telephony.line import TransferFailed
 from rejoinder.io.telephony.outbound import OutboundCall, dial
 from rejoinder.testing.carriers import CallOutcome, FakeCall
 
-from ._rig import GREETING, SECONDS_PER_CHAR, Rig, rig
+from ._rig import GREETING, Rig, rig
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(30)]
 
@@ -28,6 +28,9 @@ PROVIDERS = ["twilio", "telnyx", "plivo"]
 TO, FROM = "+15551230000", "+15557650000"
 PERSON = "+15559870000"
 SUMMARY = "Caller Ana Ruiz wants to move her Tuesday appointment; she is verified."
+# The greeting only brings the call to where a transfer starts (heard, listening): a quick
+# voice (0.17 s of greeting, not 0.68 s) saves half a second of real time per test.
+SECONDS_PER_CHAR = 0.005
 
 
 @dataclasses.dataclass
@@ -54,7 +57,7 @@ def _now() -> float:
 async def agent_on_call(provider: str, person: CallOutcome) -> AsyncIterator[Caller]:
     """The agent on an answered call whose greeting was heard, listening; the carrier's
     next call (the person's) goes as ``person`` says."""
-    async with rig(provider, CallOutcome("human"), person) as r:
+    async with rig(provider, CallOutcome("human"), person, seconds_per_char=SECONDS_PER_CHAR) as r:
         # the person's leg reports to our webhooks at the public URL
         r.service.options = dataclasses.replace(r.service.options, public_url=r.public_url)
         call = await dial(
