@@ -94,6 +94,25 @@ export interface Ready {
    * True when this `ready` continues an earlier connection's session.
    */
   resumed?: (boolean | null)
+  /**
+   * The STUN/TURN servers for the client's next peer connection (a reconnect), with TURN credentials minted for this session. Absent: the server has none configured. Before its first offer a client gets them from `GET /api/ice` (docs/webrtc.md).
+   */
+  ice_servers?: (IceServerInfo[] | null)
+  /**
+   * The `iceTransportPolicy` the server asks for: `relay` means TURN relays only.
+   */
+  ice_transport_policy?: (("all" | "relay") | null)
+}
+/**
+ * A STUN or TURN server for the client's peer connection (as an RTCIceServer).
+ */
+export interface IceServerInfo {
+  /**
+   * @minItems 1
+   */
+  urls: [string, ...(string)[]]
+  username?: (string | null)
+  credential?: (string | null)
 }
 /**
  * Drop all queued agent audio now, then report `played` with `cleared: true`.

@@ -33,6 +33,7 @@ __all__ = [
     "CloseCode",
     "ErrorCode",
     "ErrorMessage",
+    "IceServerInfo",
     "Interrupt",
     "MetricsMessage",
     "Mute",
@@ -203,6 +204,17 @@ _CLIENT_TYPES: dict[str, type[_Message]] = {
 # ------------------------------------------------------------ server -> client
 
 
+class IceServerInfo(BaseModel):
+    """A STUN or TURN server for the client's peer connection (as an RTCIceServer)."""
+
+    # a part of ``ready``, not a message: no ``type`` (a _Message is one)
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    urls: Annotated[list[str], Field(min_length=1)]
+    username: str | None = None
+    credential: str | None = None
+
+
 class Ready(_Message):
     type: Literal["ready"] = "ready"
     sample_rate: int
@@ -218,6 +230,12 @@ class Ready(_Message):
     """Seconds the session is kept after its connection drops."""
     resumed: bool | None = None
     """True when this ``ready`` continues an earlier connection's session."""
+    ice_servers: list[IceServerInfo] | None = None
+    """The STUN/TURN servers for the client's next peer connection (a reconnect), with
+    TURN credentials minted for this session. Absent: the server has none configured.
+    Before its first offer a client gets them from ``GET /api/ice`` (docs/webrtc.md)."""
+    ice_transport_policy: Literal["all", "relay"] | None = None
+    """The ``iceTransportPolicy`` the server asks for: ``relay`` means TURN relays only."""
 
 
 class Pong(_Message):

@@ -8,7 +8,9 @@ what the listener hears.
 
 Modules: ``signalling`` (the route and the server that owns the peers), ``peer`` (one
 connection, its bounded waits and teardown), ``media`` (the two tracks), ``datachannel``
-(the protocol over the channel), ``options``. Importing this package needs no extra; the
+(the protocol over the channel), ``options``, ``ice_config`` (the ICE servers clients
+get: STUN/TURN URLs, TURN credentials minted from a shared secret, the command-line
+arguments that set them; docs/webrtc.md). Importing this package needs no extra; the
 names below that need one import it on first use and, when it is missing, raise
 ``WebRTCUnavailable`` saying what to install::
 
@@ -22,23 +24,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._deps import INSTALL_HINT, WebRTCUnavailable, available
+from .ice_config import (
+    IceConfig,
+    add_ice_arguments,
+    ice_config_from_args,
+    webrtc_options_from_args,
+)
 from .options import IceServer, WebRTCOptions
 
 if TYPE_CHECKING:
-    from .signalling import OFFER_PATH, WebRTCServer, add_webrtc_routes
+    from .signalling import ICE_PATH, OFFER_PATH, WebRTCServer, add_webrtc_routes
 
 __all__ = [
+    "ICE_PATH",
     "INSTALL_HINT",
     "OFFER_PATH",
+    "IceConfig",
     "IceServer",
     "WebRTCOptions",
     "WebRTCServer",
     "WebRTCUnavailable",
+    "add_ice_arguments",
     "add_webrtc_routes",
     "available",
+    "ice_config_from_args",
+    "webrtc_options_from_args",
 ]
 
-_LAZY = {"OFFER_PATH", "WebRTCServer", "add_webrtc_routes"}
+_LAZY = {"ICE_PATH", "OFFER_PATH", "WebRTCServer", "add_webrtc_routes"}
 
 
 def __getattr__(name: str) -> Any:

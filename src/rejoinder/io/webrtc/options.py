@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..mic_clock import MIC_BATCH_INTERVAL
+
+if TYPE_CHECKING:
+    from .ice_config import IceConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +27,13 @@ class WebRTCOptions:
     """How each peer connection is set up, and how long each step may take."""
 
     ice_servers: Sequence[IceServer] = ()
-    """STUN/TURN servers. None by default: no public server is ever contacted unless
-    configured here (aiortc's own default would be a public STUN server)."""
+    """STUN/TURN servers this server's own peer connections use. None by default: no
+    public server is ever contacted unless configured here (aiortc's own default would
+    be a public STUN server)."""
+    ice: IceConfig | None = None
+    """The STUN/TURN servers *clients* use (``ice_config.IceConfig``): served by
+    ``GET /api/ice`` with TURN credentials minted per request, and put in the data
+    channel's ``ready``. None: clients get an empty list (direct connections only)."""
     host_addresses: Sequence[str] | None = None
     """Local addresses to offer as host candidates (None: every address aioice finds,
     which never includes 127.0.0.1). ``["127.0.0.1"]`` serves a client on a

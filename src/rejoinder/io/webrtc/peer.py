@@ -34,10 +34,19 @@ from ..connection import Connection, Entrypoint
 from ..link import ClientLink
 from ..microphone import PushAudioInput
 from ..playback import ReportedPlayback
-from ..protocol import Clear, ClientMessage, ErrorCode, ErrorMessage, Played, ServerMessage
+from ..protocol import (
+    Clear,
+    ClientMessage,
+    ErrorCode,
+    ErrorMessage,
+    Played,
+    Ready,
+    ServerMessage,
+)
 from . import _deps
 from ._ice import offering, rtc_ice_servers
 from .datachannel import ClientChannel
+from .ice_config import ready_with_ice
 from .media import (
     FRAME_SAMPLES,
     TRACK_RATE,
@@ -468,6 +477,10 @@ class WebRTCPeer:
 
     def _send_message(self, message: ServerMessage) -> None:
         if self._data is not None:
+            if isinstance(message, Ready):  # the ICE servers for the client's next offer
+                session = self.connection.session if self.connection is not None else None
+                user = session.id if session is not None else None
+                message = ready_with_ice(message, self.options.ice, user)
             self._data.send(message)
 
     def _received(self, message: ClientMessage) -> None:

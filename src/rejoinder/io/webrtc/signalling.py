@@ -1,4 +1,5 @@
-"""WebRTC signalling: ``POST /api/offer`` (SDP offer in, SDP answer out), one peer each.
+"""WebRTC signalling: ``POST /api/offer`` (SDP offer in, SDP answer out), one peer each,
+and ``GET /api/ice``: the ICE servers a client's peer connection should use.
 
 Request body: ``{"sdp": "<offer>", "type": "offer"}``; response: ``{"sdp": "<answer>",
 "type": "answer"}``. A body that is not such an offer gets HTTP 400 with ``{"error":
@@ -6,6 +7,13 @@ Request body: ``{"sdp": "<offer>", "type": "offer"}``; response: ``{"sdp": "<ans
 the protocol, and the agent's playback truth with it). A server that is closing answers
 503. All ICE candidates are in the answer (no trickle), so one round trip is the whole
 signalling.
+
+``GET /api/ice`` answers ``{"ice_servers": [{"urls": [...], "username": ..., "credential":
+...}], "ice_transport_policy": "all" | "relay", "ttl": seconds}`` (``WebRTCOptions.ice``;
+an empty list when none is configured; ``ttl`` only for minted TURN credentials), never
+cached: a client asks before each offer, since it must create its peer connection with
+them and its offer carries every candidate they gave it. Each answer mints new TURN
+credentials when the server has a TURN secret (``ice_config``).
 
 ``WebRTCServer`` owns the peers its offers created: each runs as a task of its own after
 the answer went out, and ``aclose()`` closes them all. ``add_webrtc_routes(app, ...)``
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +50,7 @@ from .peer import OfferError, Runner, WebRTCPeer  # noqa: E402  # after the extr
 logger = logging.getLogger("rejoinder.io.webrtc")
 
 OFFER_PATH = "/api/offer"
+ICE_PATH = "/api/ice"
 
 
 def _error(status: int, message: str, code: str | None = None) -> web.Response:
@@ -96,7 +106,17 @@ class WebRTCServer:
             await asyncio.wait(list(self._peers.values()))
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post(OFFER_PATH, self.handle_offer)]
+        return [web.post(OFFER_PATH, self.handle_offer), web.get(ICE_PATH, self.handle_ice)]
+
+    async def handle_ice(self, request: web.Request) -> web.Response:
+        """``GET /api/ice``: the ICE servers for one new peer connection (fresh TURN
+        credentials each time, under a random user id: no session exists yet)."""
+        ice = self.options.ice
+        if ice is None:
+            body: dict[str, Any] = {"ice_servers": [], "ice_transport_policy": "all"}
+        else:
+            body = ice.for_client(f"client_{secrets.token_hex(6)}").as_json()
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def handle_offer(self, request: web.Request) -> web.Response:
         if self.closing:
@@ -206,7 +226,8 @@ def add_webrtc_routes(
     run: Runner | None = None,
     resume: ResumeRegistry | None = None,
 ) -> WebRTCServer:
-    """Mount ``POST /api/offer`` on ``app``; its peers are closed when ``app`` shuts down.
+    """Mount ``POST /api/offer`` and ``GET /api/ice`` on ``app``; the peers are closed when
+    ``app`` shuts down.
     ``resume``: where sessions wait for their client after a drop (None: resuming off)."""
     server = WebRTCServer(entrypoint, options, run=run, resume=resume)
     app.add_routes(server.routes())
