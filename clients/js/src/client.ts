@@ -19,6 +19,7 @@ import { Conversation, type Transcript } from "./conversation.js";
 import { TypedEmitter } from "./emitter.js";
 import { RejoinderError } from "./errors.js";
 import type { ClientState, ReadyEvent, RejoinderEvents, Transport } from "./events.js";
+import { iceOfReady, NO_ICE, type IceChoice, type IceSource } from "./ice.js";
 import { DEFAULT_CAPTURE_RATE, MAX_SAMPLE_RATE, MAX_USER_TEXT_CHARS, MIN_SAMPLE_RATE } from "./limits.js";
 import type { Link, LinkEvents } from "./links/link.js";
 import { DEFAULT_PING_INTERVAL_MS, DEFAULT_PING_TIMEOUT_MS, Heartbeat } from "./liveness.js";
@@ -58,8 +59,17 @@ export interface ConnectOptions {
   workletUrl?: string | URL;
   /** WebRTC: share a camera too (its video tracks go to the agent). */
   camera?: MediaStream;
-  /** WebRTC: ICE servers (default none: the server is reachable directly). */
+  /** WebRTC: ICE servers (STUN/TURN). Default: the server's, asked of it before each offer
+   * (`GET /api/ice`, with TURN credentials minted for the connection); none when it has
+   * none (the server is reachable directly). Given: these, and the server is not asked. */
   iceServers?: RTCIceServer[];
+  /** WebRTC: `"relay"` connects only through a TURN relay, `"all"` any way ICE finds.
+   * Default: what the server asks for (`GET /api/ice`), else `"all"`. */
+  iceTransportPolicy?: RTCIceTransportPolicy;
+  /** WebRTC: an attempt whose peer connection is not connected this long after it began
+   * fails (`connect_failed`: ICE found no path), sooner than `connectTimeoutMs`, so that a
+   * caller can try the WebSocket instead. Default: no bound of its own. */
+  iceTimeoutMs?: number;
   /** WebRTC: the element that plays the agent's voice (default: one the client creates). */
   audioElement?: HTMLAudioElement;
 }
@@ -86,6 +96,7 @@ interface Settings {
   readonly transport: Transport;
   readonly websocketUrl: string;
   readonly offerUrl: URL;
+  readonly iceUrl: URL;
   readonly sampleRate: number;
   readonly timeline: boolean;
   readonly connectTimeoutMs: number;
@@ -116,7 +127,12 @@ function settle(options: ConnectOptions, baseUrl: string | undefined): Settings 
   if (options.camera !== undefined && transport !== "webrtc") {
     throw new TypeError("the camera goes over WebRTC only (transport: \"webrtc\")");
   }
-  const { websocket, offer } = endpoints(options.url, baseUrl);
+  const policy = options.iceTransportPolicy;
+  if (policy !== undefined && policy !== "all" && policy !== "relay") {
+    throw new TypeError(`iceTransportPolicy is "all" or "relay", not ${JSON.stringify(policy)}`);
+  }
+  milliseconds("iceTimeoutMs", options.iceTimeoutMs, 0);
+  const { websocket, offer, ice } = endpoints(options.url, baseUrl);
   const pingIntervalMs = milliseconds("pingIntervalMs", options.pingIntervalMs, DEFAULT_PING_INTERVAL_MS);
   const pingTimeoutMs = milliseconds("pingTimeoutMs", options.pingTimeoutMs, DEFAULT_PING_TIMEOUT_MS);
   const pinging = pingIntervalMs > 0 && pingTimeoutMs > 0;
@@ -124,6 +140,7 @@ function settle(options: ConnectOptions, baseUrl: string | undefined): Settings 
     transport,
     websocketUrl: websocket.href,
     offerUrl: offer,
+    iceUrl: ice,
     sampleRate,
     timeline: options.timeline === true,
     connectTimeoutMs: options.connectTimeoutMs ?? 15000,
@@ -161,6 +178,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
   #pingId = 0; // over every connection: a pong can answer only a ping of its own link
   #pending: { resolve(ready: ReadyEvent): void; reject(error: RejoinderError): void } | null = null;
   #ready: ReadyEvent | null = null;
+  /** The ICE servers the last `ready` brought: for a reconnect when the server cannot say. */
+  #readyIce: IceChoice | null = null;
   #sessionId: string | null = null;
   #muted = false;
   #stats = { sentBefore: 0, receivedSamples: 0, playedSamples: 0, clearedReports: 0 };
@@ -236,6 +255,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
     this.#conversation = new Conversation();
     this.#policy = new ReconnectPolicy(options.reconnect ?? {});
     this.#ready = null;
+    this.#readyIce = null;
     this.#sessionId = null;
     this.#stats = { sentBefore: 0, receivedSamples: 0, playedSamples: 0, clearedReports: 0 };
     const run = ++this.#run;
@@ -377,6 +397,8 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
               audio,
               camera: settings.options.camera ?? null,
               iceServers: settings.options.iceServers ?? [],
+              ice: this.#iceSource(settings),
+              iceTimeoutMs: settings.options.iceTimeoutMs,
               audioElement: settings.options.audioElement,
               timeline: settings.timeline,
               resume,
@@ -395,6 +417,15 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       });
       this.#closed({ code: 1006, reason: failure.message, serverError: null, failure }, "client gave up waiting");
     }, settings.connectTimeoutMs);
+  }
+
+  /** Where the next WebRTC connection's ICE servers come from: the caller's own, or the
+   * server's (asked first; the last `ready`'s when it cannot say). */
+  #iceSource(settings: Settings): IceSource {
+    const given = settings.options.iceServers;
+    const policy = settings.options.iceTransportPolicy;
+    if (given !== undefined) return { url: null, fallback: { servers: given, policy: undefined }, policy };
+    return { url: settings.iceUrl, fallback: this.#readyIce ?? NO_ICE, policy };
   }
 
   #message(message: ServerMessage): void {
@@ -454,6 +485,7 @@ export class RejoinderClient extends TypedEmitter<RejoinderEvents> {
       );
     }
     this.#policy.ready(message.resume_token);
+    this.#readyIce = iceOfReady(message) ?? this.#readyIce;
     this.#sessionId = message.session_id ?? null;
     this.#setState("connected");
     this.#listen();

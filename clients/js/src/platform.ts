@@ -87,6 +87,8 @@ export interface PeerOptions {
   readonly microphone: MediaStream | null;
   readonly camera: MediaStream | null;
   readonly iceServers: readonly RTCIceServer[];
+  /** `"relay"`: gather TURN relay candidates only (default: the browser's, `"all"`). */
+  readonly iceTransportPolicy?: RTCIceTransportPolicy | undefined;
   /** The element that plays the agent's track; else one is created. */
   readonly audioElement?: HTMLAudioElement | undefined;
 }
@@ -132,6 +134,10 @@ export interface Platform {
   createSocket(url: string): SocketLike;
   createPeer(options: PeerOptions): PeerSession;
   post(url: string, body: string): Promise<HttpResponse>;
+  /** `GET url`, never from a cache (the server's ICE servers, `GET /api/ice`, before each
+   * WebRTC offer). Without it the client does not ask: it uses the `iceServers` option,
+   * or the last `ready`'s. */
+  get?(url: string): Promise<HttpResponse>;
   readonly timers: Timers;
   /** What relative URLs are taken against (the page's location), if anything. */
   readonly baseUrl: string | undefined;

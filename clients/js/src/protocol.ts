@@ -12,6 +12,7 @@ export type {
   Clear,
   ClientMessage,
   ErrorMessage,
+  IceServerInfo,
   Interrupt,
   MetricsMessage,
   Mute,

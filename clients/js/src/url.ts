@@ -1,6 +1,6 @@
 /**
- * Where to connect: the WebSocket (`GET /ws`) and the WebRTC offer (`POST /api/offer`)
- * of one rejoinder app, from one URL.
+ * Where to connect: the WebSocket (`GET /ws`), the WebRTC offer (`POST /api/offer`) and
+ * the ICE servers for it (`GET /api/ice`) of one rejoinder app, from one URL.
  *
  * `url` is the app's address: `http(s)://host:port/` (or a folder under it, or a page in
  * that folder, as the page's own `new URL("ws", location.href)` does), or the WebSocket
@@ -12,6 +12,7 @@
 export interface Endpoints {
   readonly websocket: URL;
   readonly offer: URL;
+  readonly ice: URL;
 }
 
 export function endpoints(url: string | URL, base?: string): Endpoints {
@@ -42,5 +43,7 @@ export function endpoints(url: string | URL, base?: string): Endpoints {
   offer.protocol = secure ? "https:" : "http:";
   offer.pathname = folder + "api/offer";
   offer.hash = "";
-  return { websocket, offer };
+  const ice = new URL(offer.href);
+  ice.pathname = folder + "api/ice";
+  return { websocket, offer, ice };
 }

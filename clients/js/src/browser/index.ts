@@ -12,6 +12,9 @@ export function browserPlatform(): Platform {
     async post(url: string, body: string): Promise<HttpResponse> {
       return fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body });
     },
+    async get(url: string): Promise<HttpResponse> {
+      return fetch(url, { cache: "no-store" });
+    },
     timers: {
       setTimeout: (callback, ms) => setTimeout(callback, ms),
       clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),

@@ -15,7 +15,9 @@ export function createBrowserPeer(options: PeerOptions): PeerSession {
   if (typeof Peer !== "function") {
     throw new RejoinderError("webrtc_unavailable", "this browser has no WebRTC (RTCPeerConnection)");
   }
-  const pc = new Peer({ iceServers: [...options.iceServers] });
+  const configuration: RTCConfiguration = { iceServers: [...options.iceServers] };
+  if (options.iceTransportPolicy !== undefined) configuration.iceTransportPolicy = options.iceTransportPolicy;
+  const pc = new Peer(configuration);
   const channel = pc.createDataChannel("rejoinder", { ordered: true });
   const tracks = options.microphone?.getAudioTracks() ?? [];
   for (const track of tracks) pc.addTrack(track, options.microphone!);

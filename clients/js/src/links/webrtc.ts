@@ -17,6 +17,11 @@
  * the speaker by up to ~130 ms rather than lead it. On `clear` the client reports where it
  * is at once, marked cleared (accepted, not needed: the server re-bases itself).
  *
+ * ICE: the peer connection is created with the ICE servers of the link's `IceSource`
+ * (`ice.ts`: by default the server's `GET /api/ice`, asked first); with `iceTimeoutMs`, an
+ * attempt whose peer connection is not connected that long after it began fails
+ * (`connect_failed`: no path to the server), so the caller can try another transport.
+ *
  * How it ends: the data channel closing while the peer is still connected is the server
  * ending the session (1000; or the close code of the fatal `error` that came before it);
  * the peer connection failing, or staying disconnected for `disconnectGraceMs`, is a drop
@@ -33,6 +38,7 @@
  */
 
 import { ERROR_CLOSE_CODES, RejoinderError } from "../errors.js";
+import { chooseIce, type IceChoice, type IceSource } from "../ice.js";
 import { decodeServerMessage } from "../messages.js";
 import type { AudioSession, InboundAudioStats, PeerSession, Platform } from "../platform.js";
 import type { ClientMessage, ErrorMessage } from "../protocol.js";
@@ -58,7 +64,12 @@ export interface WebRTCLinkOptions {
   readonly offerUrl: URL;
   readonly audio: AudioSession;
   readonly camera: MediaStream | null;
+  /** The ICE servers, when `ice` is not given (nothing asked of the server). */
   readonly iceServers: readonly RTCIceServer[];
+  /** Where the ICE servers come from (asked of the server before the offer). */
+  readonly ice?: IceSource | undefined;
+  /** Fail an attempt whose peer connection is not connected this long after it began. */
+  readonly iceTimeoutMs?: number | undefined;
   readonly audioElement?: HTMLAudioElement | undefined;
   readonly timeline: boolean;
   readonly resume: string | null;
@@ -70,7 +81,8 @@ export interface WebRTCLinkOptions {
 export class WebRTCLink implements Link {
   readonly sentSamples = 0; // the microphone goes as a track
   readonly #options: WebRTCLinkOptions;
-  readonly #peer: PeerSession;
+  /** Null until the ICE servers are known (asked of the server first). */
+  #peer: PeerSession | null = null;
   readonly #reporter: PlayedReporter;
   readonly #stopTicks: () => void;
   #opened = false;
@@ -84,6 +96,7 @@ export class WebRTCLink implements Link {
   #state = "new";
   #serverError: ErrorMessage | null = null;
   #disconnectTimer: unknown = null;
+  #iceTimer: unknown = null;
   #clockRate = 48000;
   #clockStart: number | null = null;
   #polling = false;
@@ -93,10 +106,33 @@ export class WebRTCLink implements Link {
   constructor(options: WebRTCLinkOptions) {
     this.#options = options;
     this.#reporter = new PlayedReporter(() => options.platform.timers.now());
+    // Nothing to ask of the server: the peer connection is made now, as it always was (and
+    // a platform without WebRTC throws here, before anything else is started).
+    const source = options.ice;
+    const asking = source !== undefined && source.url !== null && options.platform.get !== undefined;
+    if (!asking) {
+      const fallback = source?.fallback ?? { servers: options.iceServers, policy: undefined };
+      this.#createPeer({ servers: fallback.servers, policy: source?.policy ?? fallback.policy });
+    }
+    this.#stopTicks = options.audio.every(STATS_INTERVAL_MS, () => void this.#poll(false));
+    const bound = options.iceTimeoutMs;
+    if (bound !== undefined && bound > 0) {
+      this.#iceTimer = options.platform.timers.setTimeout(() => {
+        this.#iceTimer = null;
+        this.#dropped(`no connection within ${bound / 1000} s (ICE found no path to the server)`);
+      }, bound);
+    }
+    if (asking) void this.#askThenNegotiate(source);
+    else void this.#negotiate();
+  }
+
+  #createPeer(ice: IceChoice): PeerSession {
+    const options = this.#options;
     const peer = (this.#peer = options.platform.createPeer({
       microphone: options.audio.microphone,
       camera: options.camera,
-      iceServers: options.iceServers,
+      iceServers: ice.servers,
+      iceTransportPolicy: ice.policy,
       audioElement: options.audioElement,
     }));
     peer.onOpen = () => {
@@ -105,11 +141,26 @@ export class WebRTCLink implements Link {
     peer.onMessage = (text) => this.#receive(text);
     peer.onChannelClose = () => this.#channelClosed();
     peer.onState = (state) => this.#stateChanged(state);
-    this.#stopTicks = options.audio.every(STATS_INTERVAL_MS, () => void this.#poll(false));
-    void this.#negotiate();
+    return peer;
+  }
+
+  async #askThenNegotiate(source: IceSource): Promise<void> {
+    const ice = await chooseIce(this.#options.platform, source);
+    if (this.#inert) return; // given up (or closed) meanwhile: no peer connection is made
+    try {
+      this.#createPeer(ice);
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      const failure =
+        error instanceof RejoinderError ? error : new RejoinderError("connect_failed", why, { cause: error });
+      this.#finish({ code: 1006, reason: why, serverError: null, failure });
+      return;
+    }
+    await this.#negotiate();
   }
 
   async #negotiate(): Promise<void> {
+    const peer = this.#peer!;
     const url = new URL(this.#options.offerUrl.href);
     if (this.#options.timeline) url.searchParams.set("timeline", "1");
     if (this.#options.resume !== null) url.searchParams.set("resume", this.#options.resume);
@@ -117,7 +168,7 @@ export class WebRTCLink implements Link {
     let body = "";
     let stage = "could not make the offer";
     try {
-      const offer = await this.#peer.offer();
+      const offer = await peer.offer();
       if (this.#inert) return;
       stage = `could not post the offer to ${url.origin}${url.pathname}`;
       const response = await this.#options.platform.post(url.href, JSON.stringify({ sdp: offer.sdp, type: offer.type }));
@@ -128,7 +179,7 @@ export class WebRTCLink implements Link {
         stage = "the answer could not be used";
         const answer = JSON.parse(body) as { sdp?: unknown; type?: unknown };
         if (typeof answer.sdp !== "string" || typeof answer.type !== "string") throw new Error("it has no SDP");
-        await this.#peer.accept({ sdp: answer.sdp, type: answer.type });
+        await peer.accept({ sdp: answer.sdp, type: answer.type });
         return;
       }
     } catch (error) {
@@ -164,6 +215,7 @@ export class WebRTCLink implements Link {
   }
 
   async #count(): Promise<number | null> {
+    if (this.#peer === null) return null;
     const stats = await this.#peer.inboundAudio();
     if (stats === null) return null;
     if (typeof stats.clockRate === "number" && stats.clockRate > 0) this.#clockRate = stats.clockRate;
@@ -214,7 +266,7 @@ export class WebRTCLink implements Link {
   }
 
   send(message: ClientMessage): boolean {
-    if (this.#inert || !this.#peer.channelOpen) return false;
+    if (this.#inert || this.#peer === null || !this.#peer.channelOpen) return false;
     this.#peer.send(JSON.stringify(message));
     return true;
   }
@@ -228,6 +280,10 @@ export class WebRTCLink implements Link {
     if (this.#parked && (state === "failed" || state === "closed")) this.#release();
     if (this.#inert) return;
     const timers = this.#options.platform.timers;
+    if (state === "connected" && this.#iceTimer !== null) {
+      timers.clearTimeout(this.#iceTimer);
+      this.#iceTimer = null;
+    }
     if (state === "disconnected" && this.#disconnectTimer === null) {
       this.#disconnectTimer = timers.setTimeout(
         () => this.#dropped("the peer connection stayed disconnected"),
@@ -269,12 +325,14 @@ export class WebRTCLink implements Link {
     // The server takes a session over on a peer once its data channel is open (and the
     // browser says a channel is open once it asked the server for it), so a peer whose
     // channel never opened, or closed, or that failed, carries nothing: it closes now.
-    const mayCarry = this.#opened && this.#peer.channelOpen && this.#state !== "failed" && this.#state !== "closed";
+    const peer = this.#peer;
+    const mayCarry =
+      peer !== null && this.#opened && peer.channelOpen && this.#state !== "failed" && this.#state !== "closed";
     if (!mayCarry) {
       this.#release();
       return false;
     }
-    this.#peer.quiet();
+    peer.quiet();
     this.#parked = true;
     return true;
   }
@@ -284,15 +342,17 @@ export class WebRTCLink implements Link {
     if (this.#inert) return;
     this.#inert = true;
     this.#stopTicks();
-    if (this.#disconnectTimer !== null) this.#options.platform.timers.clearTimeout(this.#disconnectTimer);
-    this.#disconnectTimer = null;
+    const timers = this.#options.platform.timers;
+    if (this.#disconnectTimer !== null) timers.clearTimeout(this.#disconnectTimer);
+    if (this.#iceTimer !== null) timers.clearTimeout(this.#iceTimer);
+    this.#disconnectTimer = this.#iceTimer = null;
   }
 
   #release(): void {
     if (this.#released) return;
     this.#released = true;
     this.#parked = false;
-    this.#peer.close();
+    this.#peer?.close(); // (none yet: the ICE servers were still being asked for)
   }
 
   /** The link found the connection closed or dropped: it tells the client, which closes
