@@ -82,9 +82,8 @@ from .session import (
     shared,
 )
 
-__version__ = "0.1.0"
-
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from ._version import __version__
     from .mcp_servers import MCPServer, MCPServerError
     from .models import (
         FallbackLLM,
@@ -107,6 +106,8 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
 
 # Audio names pull in numpy: load them on first use so text-only programs start fast.
 _LAZY = {
+    # The installed version: reading the package metadata costs an import.
+    "__version__": "rejoinder._version",
     # Realtime models and client delegations: only sessions on a realtime model use them.
     "ClientDelegation": "rejoinder.session",
     "FallbackRealtime": "rejoinder.models",
