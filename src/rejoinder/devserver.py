@@ -37,6 +37,7 @@ from typing import Any, TextIO
 from .discover import AgentFile, EntrypointError, load_agent_file
 from .io.admission import SessionGate
 from .io.resume import DEFAULT_GRACE
+from .server_log import SessionLines
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",
@@ -91,20 +92,25 @@ class ServerOptions:
     """Seconds a session whose client dropped waits for it to resume (0: off)."""
     sip: Any = None
     """``SipOptions``: answer calls from a SIP trunk too (None: no SIP)."""
+    log_transcripts: bool = False
+    """The turn lines (``server_log``) quote what the user said."""
 
 
 class ReloadingEntrypoint:
     """The entry point the app calls: the current one loaded from the agent file."""
 
-    def __init__(self, path: str, out: TextIO) -> None:
+    def __init__(self, path: str, out: TextIO, lines: SessionLines | None = None) -> None:
         self.path = path
         self._out = out
+        self._lines = lines
         self.loaded = load_agent_file(path)
         self._current: Callable[[Any], Awaitable[None]] = self.loaded.entrypoint
         self._stamp = self._mtime()
         self.reloads = 0
 
     async def __call__(self, conn: Any) -> None:
+        if self._lines is not None:
+            self._lines.watch(conn)  # a line per session and per turn (server_log)
         await self._current(conn)
 
     def _mtime(self) -> int | None:
@@ -173,7 +179,8 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
     stream = out if out is not None else sys.stdout
     command = options.command
     try:
-        entry = ReloadingEntrypoint(options.path, stream)
+        lines = SessionLines(transcripts=options.log_transcripts)
+        entry = ReloadingEntrypoint(options.path, stream, lines)
     except EntrypointError as exc:
         _error(command, str(exc))
         return EXIT_USAGE
