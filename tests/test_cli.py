@@ -488,3 +488,56 @@ def test_the_cli_keeps_numpys_blas_to_one_thread_unless_told(
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     cli.main(["--help"])
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
+
+
+# ------------------------------------------------------------------ --version
+
+
+def test_the_version_comes_from_pyproject_through_the_installed_metadata(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import tomllib
+
+    with (Path(__file__).resolve().parents[1] / "pyproject.toml").open("rb") as file:
+        version = tomllib.load(file)["project"]["version"]
+    assert rj.__version__ == version
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"rejoinder {version}\n"
+
+
+def test_version_as_a_command_and_import_rejoinder_does_not_read_the_metadata() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rejoinder\n"
+        "print('rejoinder._version' in sys.modules)\n"
+        "print(rejoinder.__version__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded_at_import, version = done.stdout.split()
+    assert loaded_at_import == "False"  # read on first use of rejoinder.__version__
+    command = subprocess.run(
+        [sys.executable, "-m", "rejoinder.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert command.stdout == f"rejoinder {version}\n"
+
+
+def test_a_source_tree_never_installed_has_an_unknown_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import PackageNotFoundError
+
+    from rejoinder import _version
+
+    def missing(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(_version, "version", missing)
+    assert _version.installed_version() == "0+unknown"

@@ -579,3 +579,134 @@ def test_server_log_lines_name_the_session_and_agent() -> None:
             if h not in before:
                 logger.removeHandler(h)
         logger.setLevel(level)
+
+
+# ------------------------------------------------- what dev and serve log
+
+LOGGED_AGENT = """
+import rejoinder as rj
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+
+class Greeter(rj.Agent):
+    instructions = "test"
+
+    async def on_enter(self) -> None:
+        self.session.say("Welcome.")
+
+
+async def entrypoint(conn):
+    session = rj.AgentSession(
+        llm=ScriptedLLM([["Hello."], ["Still here."]]),
+        vad=ScriptedVAD(),
+        stt=ScriptedSTT(["Hi there."]),
+        tts=ScriptedTTS(seconds_per_char=0.01),
+        user_away_timeout=None,
+    )
+    await conn.serve(session, Greeter())
+"""
+
+SESSION_LINE = re.compile(r"^\d\d:\d\d:\d\d (session_\w+) (.*)$")
+
+
+async def one_spoken_and_one_typed_turn(base: str) -> None:
+    """A client that says "Hi there." (a tone the scripted recognizer hears as that),
+    then types "still there?", each answered, then leaves."""
+    import rejoinder.client
+    from rejoinder.io.protocol import TranscriptMessage
+    from rejoinder.testing import speech_frame
+
+    def answered(text: str) -> Any:
+        return lambda m: (
+            isinstance(m, TranscriptMessage) and m.role == "agent" and m.final and m.text == text
+        )
+
+    url = base.replace("http", "ws", 1) + "/ws"
+    async with rejoinder.client.connect(url, sample_rate=16000, jitter=0.02) as conn:
+        await conn.wait_for(answered("Welcome."), within=10)
+        await conn.wait_for_state("listening", within=10)
+        await conn.send_audio(speech_frame(0.4, 16000).to_pcm())  # then silence: paced
+        await conn.wait_for(answered("Hello."), within=10)
+        await conn.wait_for_state("listening", within=10)
+        mark = len(conn.log)
+        await conn.send_text("still there?")
+        await conn.wait_for(answered("Still here."), within=10)
+        await conn.wait_for_state("listening", within=10, since=mark)
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_dev_prints_a_line_per_session_and_per_turn(tmp_path: Path) -> None:
+    agent = write(tmp_path, LOGGED_AGENT)
+    async with server(["dev", str(agent), "--no-reload"], with_stderr=True) as srv:
+        await one_spoken_and_one_typed_turn(srv.base)
+        ended = await srv.wait_line(r"^\d\d:\d\d:\d\d session_\w+ ended after ")
+        srv.process.send_signal(signal.SIGINT)
+        assert await srv.exit_code(within=10) == 0
+    lines = [m.groups() for m in map(SESSION_LINE.match, srv.lines) if m is not None]
+    assert len({session for session, _ in lines}) == 1, srv.lines  # one session, named
+    said = [text for _, text in lines]
+    assert said[0] == "started: websocket from 127.0.0.1, agent Greeter"
+    spoken = re.fullmatch(
+        r'turn: heard "Hi there\.", first audio (\d+\.\d\d) s after the speech ended', said[1]
+    )
+    assert spoken is not None, said
+    # The scripted recognizer waits 0.3 s of quiet; the rest is the reply being made and
+    # the client's jitter buffer (the speaker reports what it played).
+    assert 0.0 < float(spoken.group(1)) < 2.0
+    typed = re.fullmatch(
+        r'turn: typed "still there\?", answer began (\d+\.\d\d) s after the message', said[2]
+    )
+    assert typed is not None, said
+    assert re.fullmatch(r"ended after \d+\.\d s \(client left\), 2 turns", said[3]), said
+    assert said[3] in ended
+    assert len(said) == 4
+    # No warning or error came with them (the default: warnings only).
+    assert not [line for line in srv.lines if line.startswith(("WARNING", "ERROR"))]
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+async def test_serve_logs_json_lines_with_the_session_and_agent(tmp_path: Path) -> None:
+    agent = write(tmp_path, LOGGED_AGENT)
+    argv = ["serve", str(agent), "--log-format", "json"]
+    async with server(argv, with_stderr=True) as srv:
+        await one_spoken_and_one_typed_turn(srv.base)
+        await srv.wait_line(r'"event": "session_ended"')
+        srv.process.send_signal(signal.SIGTERM)
+        assert await srv.exit_code(within=10) == 0
+    records = [json.loads(line) for line in srv.lines if line.startswith("{")]
+    assert records and all({"session_id", "agent_id", "time", "level"} <= set(r) for r in records)
+    by_event = {r.get("event"): r for r in records}
+    started, ended = by_event["session_started"], by_event["session_ended"]
+    turns = [r for r in records if r.get("event") == "turn"]
+    session_id = started["session_id"]
+    assert session_id.startswith("session_")
+    assert {r["session_id"] for r in [started, ended, *turns]} == {session_id}
+    assert {r["agent_id"] for r in [started, ended, *turns]} == {"Greeter"}
+    assert started["transport"] == "websocket"
+    assert ended["reason"] == "client left" and ended["turns"] == 2 and ended["duration"] > 0
+    assert [(t["input"], t["words"], t["latency_from"]) for t in turns] == [
+        ("heard", 2, "end_of_speech"),
+        ("typed", 2, "message"),
+    ]
+    assert all(0 < t["latency"] < 2 for t in turns)
+    # serve keeps what people said out of its log unless --log-transcripts
+    assert not any("text" in t for t in turns)
+    assert "Hi there" not in "\n".join(srv.lines)
+    # Nothing was logged as text (the banner on stdout is the only text).
+    assert not [line for line in srv.lines if SESSION_LINE.match(line)]
+    assert not [line for line in srv.lines if line.startswith(("WARNING", "ERROR", "INFO"))]
+
+
+def test_json_log_lines_of_the_runtime_carry_null_ids_outside_a_session() -> None:
+    import logging
+
+    from rejoinder.server_log import JsonLogFormatter
+
+    record = logging.LogRecord("rejoinder.io", logging.WARNING, __file__, 1, "x %s", ("y",), None)
+    record.session_id, record.agent_id = "-", "-"
+    line = json.loads(JsonLogFormatter().format(record))
+    assert line["message"] == "x y" and line["level"] == "warning"
+    assert line["session_id"] is None and line["agent_id"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])

@@ -191,6 +191,11 @@ class ReplyOutput(TextOutput):
         return self._is_last_writer() and not self._console.at_line_start
 
     async def capture_text(self, text: str) -> None:
+        self.write_text(text)
+
+    def write_text(self, text: str) -> None:
+        """More of the reply (``capture_text``, without the coroutine: a transport's
+        message handler calls it)."""
         if not text:
             return
         if not self._is_last_writer():

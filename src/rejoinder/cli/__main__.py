@@ -1,0 +1,5 @@
+"""``python -m rejoinder.cli``: the ``rejoinder`` command."""
+
+from . import main
+
+raise SystemExit(main())
