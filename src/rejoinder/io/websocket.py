@@ -67,6 +67,10 @@ logger = logging.getLogger("rejoinder.io.websocket")
 
 @dataclass(frozen=True, slots=True)
 class WebSocketOptions:
+    """Settings of the WebSocket transport (``create_app(websocket=...)``,
+    ``create_asgi_app(websocket=...)``): the agent audio's rate, the limits a client must
+    keep to, and how long the server waits for it."""
+
     output_sample_rate: int = 24000
     """Rate of the agent audio sent, unless ``match_tts_rate`` and the TTS has one."""
     match_tts_rate: bool = True

@@ -129,9 +129,13 @@ class STT(UtteranceStreamSTT[_Utterance]):
                 multi-channel frames mixed down to mono).
             format_turns: ask for punctuated, cased transcripts (one more message at each
                 turn's end, a little later than the unformatted one).
-            end_of_turn_confidence_threshold, min_end_of_turn_silence_when_confident,
-                max_turn_silence: AssemblyAI's turn detection (None: its defaults, 0.4,
-                400 ms and 1280 ms); see also ``update_turn_detection``.
+            end_of_turn_confidence_threshold: AssemblyAI's turn detection: how sure its
+                model must be that the turn ended (None: its default, 0.4); see also
+                ``update_turn_detection``.
+            min_end_of_turn_silence_when_confident: ... the silence, in ms, it waits for
+                when it is that sure (None: its default, 400 ms).
+            max_turn_silence: ... the silence, in ms, that ends a turn however unsure it
+                is (None: its default, 1280 ms).
             keyterms_prompt: words and phrases to recognize better.
             chunk_ms: the length of each audio message, 50 to 1000 ms.
             timeout: seconds for each connection attempt (TCP, TLS, the upgrade, Begin).
@@ -139,8 +143,11 @@ class STT(UtteranceStreamSTT[_Utterance]):
                 once ForceEndpoint is sent.
             no_words_timeout: ... when the server reported no words of the utterance yet.
             close_timeout: seconds ``aclose`` waits for the server to end the session.
-            max_retries, retry_backoff, retry_backoff_cap: the retry policy for a
-                connection that cannot be opened (unreachable, HTTP 429 or 5xx).
+            max_retries: how many times a connection that cannot be opened (unreachable,
+                HTTP 429 or 5xx) is tried again (0: never).
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
             extra_query: more query parameters (e.g. ``{"language_detection": True}``).
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """

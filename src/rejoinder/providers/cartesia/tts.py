@@ -129,8 +129,11 @@ class TTS(WebSocketTTS):
             frame_ms: the length of the frames yielded, in milliseconds.
             timeout: a ``Timeout``: ``connect`` bounds the handshake, ``read`` the
                 server's silence on a stream once its input ended (or seconds for both).
-            max_retries, retry_backoff, retry_backoff_cap: retries of a failed connect
-                (or a stream's failure before any audio), as in ``openai.LLM``.
+            max_retries: how many times a failed connect (or a stream's failure before
+                any audio) is tried again (0: never), as in ``openai.LLM``.
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
         self._api_key = _ws.api_key_from(api_key, "CARTESIA_API_KEY")

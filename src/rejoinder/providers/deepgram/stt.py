@@ -110,8 +110,9 @@ class STT(UtteranceStreamSTT[_Utterance]):
     ) -> None:
         """
         Args:
-            model, language: Deepgram's ``model`` and ``language`` (BCP-47; None lets a
-                multilingual model decide).
+            model: Deepgram's ``model``.
+            language: Deepgram's ``language`` (BCP-47; None lets a multilingual model
+                decide).
             api_key: sent as ``Authorization: Token``; defaults to ``$DEEPGRAM_API_KEY``.
                 Required for the cloud API; a self-hosted ``base_url`` may do without.
             base_url: the API root, up to but excluding ``/listen``; defaults to
@@ -120,16 +121,22 @@ class STT(UtteranceStreamSTT[_Utterance]):
                 multi-channel frames mixed down to mono).
             interim_results: ask for interim transcripts (reported to ``on_interim``).
             endpointing_ms: Deepgram's endpointing silence; None turns it off.
-            utterance_end_ms, vad_events, smart_format, punctuate: as documented by
-                Deepgram (``utterance_end_ms`` needs ``interim_results``).
+            utterance_end_ms: Deepgram's ``utterance_end_ms``, as it documents it (it
+                needs ``interim_results``).
+            vad_events: Deepgram's ``vad_events``, as it documents it.
+            smart_format: Deepgram's ``smart_format``, as it documents it.
+            punctuate: Deepgram's ``punctuate``, as it documents it.
             keepalive_interval: seconds without audio after which a KeepAlive is sent
                 (Deepgram closes an idle stream after about 10 s).
             timeout: seconds for each connection attempt (TCP, TLS and the upgrade).
             finalize_timeout: seconds ``recognize`` waits for the final results once
                 Finalize is sent.
             close_timeout: seconds ``aclose`` waits for the server to close the stream.
-            max_retries, retry_backoff, retry_backoff_cap: the retry policy for a
-                connection that cannot be opened (unreachable, HTTP 429 or 5xx).
+            max_retries: how many times a connection that cannot be opened (unreachable,
+                HTTP 429 or 5xx) is tried again (0: never).
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
             extra_query: more query parameters (e.g. ``{"keyterm": "rejoinder"}``).
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """

@@ -114,8 +114,11 @@ class TTS(WebSocketTTS):
             frame_ms: the length of the frames yielded, in milliseconds.
             timeout: a ``Timeout``: ``connect`` bounds the handshake, ``read`` the
                 server's silence once the input ended (or seconds for both).
-            max_retries, retry_backoff, retry_backoff_cap: retries of a failed connect
-                (or a connection lost before any audio), as in ``openai.LLM``.
+            max_retries: how many times a failed connect (or a connection lost before
+                any audio) is tried again (0: never), as in ``openai.LLM``.
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
         """
         key = _ws.api_key_from(api_key, "ELEVENLABS_API_KEY")

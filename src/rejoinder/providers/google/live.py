@@ -134,8 +134,10 @@ class Live(RealtimeModel):
                 on by default. ``None`` turns it off: then ``vad`` is our turn detection.
             vad: with ``activity_detection=None``, the VAD whose speech start and end
                 become ``activityStart`` and ``activityEnd`` (and the user's turns).
-            input_transcription, output_transcription: transcribe the user's and the
-                model's speech (what the history records).
+            input_transcription: transcribe the user's speech (what the history
+                records).
+            output_transcription: transcribe the model's speech (what the history
+                records).
             context_window_compression: ``contextWindowCompression`` as the API takes it
                 (``{"triggerTokens": ..., "slidingWindow": {"targetTokens": ...}}``);
                 ``None`` turns it off.
@@ -151,12 +153,16 @@ class Live(RealtimeModel):
                 GoAway comes; ``None``: only on GoAway.
             connect_timeout: seconds for connecting and the setup, each connection.
             close_timeout: seconds a close may take before the socket is cut.
-            max_reconnect_attempts, reconnect_backoff: after a lost connection, how
-                many times to try (0: never) and the first wait (doubling).
-            max_retries, retry_backoff, retry_backoff_cap: retries of the first
-                connection after a transient failure (cannot connect, HTTP 429/5xx, an
-                internal error before ``setupComplete``); a refused key, an invalid
-                setup or a timeout fail at once.
+            max_reconnect_attempts: after a lost connection, how many times to try to
+                reconnect (0: never).
+            reconnect_backoff: seconds before the first reconnect attempt (doubling).
+            max_retries: how many times the first connection is tried again after a
+                transient failure (cannot connect, HTTP 429/5xx, an internal error before
+                ``setupComplete``); a refused key, an invalid setup or a timeout fail at
+                once.
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
         """
         key = api_key or os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
         if not key:

@@ -121,9 +121,11 @@ class STT(HTTPClient, models.STT):
             extra_headers: added to every request.
             extra_fields: more form fields for every request (vendor options).
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
-            max_retries, retry_backoff, retry_backoff_cap: the retry policy for transient
-                failures (cannot connect, connection cut, HTTP 429 or 5xx), as in
-                ``openai.LLM``.
+            max_retries: how many times a transient failure (cannot connect, connection
+                cut, HTTP 429 or 5xx) is tried again (0: never), as in ``openai.LLM``.
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
         """
         retry = RetryPolicy(max_retries, retry_backoff, retry_backoff_cap)
         super().__init__(api_key, base_url, timeout, extra_headers, http_session, retry)

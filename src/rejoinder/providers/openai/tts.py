@@ -78,8 +78,11 @@ class TTS(HTTPClient, models.TTS):
             extra_headers: added to every request.
             extra_body: added to every request body.
             http_session: an ``aiohttp.ClientSession`` to use (not closed by ``aclose``).
-            max_retries, retry_backoff, retry_backoff_cap: the retry policy for transient
-                failures before the first frame, as in ``openai.LLM``.
+            max_retries: how many times a transient failure before the first frame is
+                tried again (0: never), as in ``openai.LLM``.
+            retry_backoff: seconds before the first retry, doubling with each one (with
+                jitter).
+            retry_backoff_cap: the longest wait between two retries, in seconds.
         """
         if frame_ms <= 0:
             raise ValueError(f"frame_ms must be positive, got {frame_ms}")
