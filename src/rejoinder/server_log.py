@@ -10,9 +10,10 @@ turn, one when it ends::
     14:02:30 session_3f2a ended after 23.1 s (client left), 4 turns
 
 A turn is the user's message (``conversation_item_added``; spoken when the user was
-``speaking`` since the last one, else typed) up to the agent's ``listening`` again. Its latency is the session's own ``voice_latency``
-metric for a spoken turn (the end of the user's speech to the first agent audio the
-listener heard), else the time from the message to the agent's ``speaking``.
+``speaking`` since the last one, else typed) up to the agent's ``listening`` again. Its
+latency is the session's own ``voice_latency`` metric for a spoken turn (the end of the
+user's speech to the first agent audio the listener heard), else the time from the
+message to the agent's ``speaking``.
 
 ``configure(verbose=..., log_format=...)`` sets the ``rejoinder`` logger up for a server:
 these lines and the runtime's warnings (everything with ``verbose``) on stderr, as text, or
