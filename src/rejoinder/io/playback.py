@@ -40,6 +40,10 @@ that was playing. What is captured afterwards is held, never sent and never star
 ``attach`` hands the held audio to the next client, whose reports count from its own
 zero.
 
+Background audio (an ambient loop, a thinking sound) is never the agent's voice: mixed
+under the voice's own frames, or sent between replies as positions of no segment
+(``playback_background``).
+
 Framework-free: both the WebSocket and the WebRTC transports use it, each with its own
 ``send_audio`` (a socket frame, a paced media track) and ``send_clear``.
 """
@@ -53,6 +57,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..models.audio import AudioFrame, AudioOutput, PlaybackFinished
+from .playback_background import BackgroundGaps, BackgroundMixer
 
 __all__ = ["ReportedPlayback"]
 
@@ -84,7 +89,7 @@ class _Segment:
     started: bool = False
 
 
-class ReportedPlayback(AudioOutput):
+class ReportedPlayback(BackgroundGaps, AudioOutput):
     """Plays through ``send_audio`` and reports from the client's ``played`` counts.
 
     ``stall_grace``: see ``STALL_GRACE`` (``None``: a subclass that bounds silent
@@ -156,6 +161,8 @@ class ReportedPlayback(AudioOutput):
         self.on_cut_over: Callable[[bool], None] | None = None
         """Called once the speech a detach cut has no more audio to give: True when its
         audio ended (all of its text was produced), False when it was stopped."""
+        self.background: BackgroundMixer | None = None
+        """Mixes background audio under the voice (set by ``BackgroundAudio``)."""
 
     # ---------------------------------------------------------------- reading
 
@@ -203,6 +210,10 @@ class ReportedPlayback(AudioOutput):
             if self._on_finished == self._dropping:
                 return  # the rest of a speech cut when its client dropped
             self._cut_over(ended=False)  # another speech: that one stopped without a word
+        if not self._segments:
+            self.recall_background()  # the reply plays now, not after the ambient sent ahead
+        if self.background is not None:
+            frame = self.background.under_voice(frame)
         now = _now()
         if not self._segments:
             # Audio after a pause: the client's pace is counted from now.
@@ -235,6 +246,7 @@ class ReportedPlayback(AudioOutput):
         if self._held or self._handing is not None:
             await self._hold(frame)  # behind the audio held for this client
             return
+        await self._after_background()
         await self._send_audio(frame)
 
     def flush(self) -> None:
@@ -252,7 +264,7 @@ class ReportedPlayback(AudioOutput):
         if self._dropping is not None:
             self._cut_over(ended=False)
         self._drop_held()
-        if not self._segments:
+        if not self._segments and not self._background_unheard():
             return  # everything sent was reported played: the client holds nothing
         if self._detached:
             # Nothing of it was sent or heard: no client to tell, no report to wait for.
@@ -264,6 +276,7 @@ class ReportedPlayback(AudioOutput):
         self._pending_clears += 1
         self._base = None
         self._sent = 0
+        self._background_end = 0
         self._cleared_at = _now()
         self._epoch_first_sent = None
         if self._estimate is not None:
@@ -271,6 +284,8 @@ class ReportedPlayback(AudioOutput):
         self._cancel_stall()
         try:
             self._send_clear()
+            if self.background is not None:
+                self.background.cleared()
         finally:
             for segment in segments:
                 if segment.started:
@@ -359,6 +374,7 @@ class ReportedPlayback(AudioOutput):
             self._dropping = segments[-1].on_finished
         # The next client's count starts at its own zero, and so does this epoch.
         self._sent = 0
+        self._background_end = 0
         self._base = 0
         self._played = 0
         self._pending_clears = 0

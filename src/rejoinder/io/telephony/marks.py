@@ -31,6 +31,11 @@ being captured), before whatever the agent says next. It takes playout time but 
 positions, so it never starts, extends or shows in a segment: ``speaking``, the played
 count and the heard text stay about the voice. It ends with a mark of its own
 (``rjs-<n>``) whose echo says the far end heard it all; a clear cuts it like agent audio.
+
+Background audio between replies (``play_background``: an ambient loop, a thinking sound)
+takes positions like the agent's audio but carries no marks, so a reply's first mark still
+follows its first chunk; none is sent while a signal is on the line (a keypad tone must
+reach the far end clean, and hold audio replaces the ambient).
 """
 
 from __future__ import annotations
@@ -123,7 +128,7 @@ class MarkedPlayback(ReportedPlayback):
 
     # ---------------------------------------------------------------- sending
 
-    async def _send_chunks(self, frame: AudioFrame) -> None:
+    async def _send_chunks(self, frame: AudioFrame, marks: bool = True) -> None:
         epoch = self._epoch
         async with self._wire:  # behind a signal being sent
             if epoch != self._epoch or self.closed:
@@ -138,15 +143,25 @@ class MarkedPlayback(ReportedPlayback):
                 await self._send_media(AudioFrame(data[start : start + self._chunk], self.rate))
                 if epoch != self._epoch:
                     return
-                self._sent_piece(self._chunk, self._chunk)
+                self._sent_piece(self._chunk, self._chunk, marks)
             self._carry = data[whole:]
 
-    def _sent_piece(self, audio: int, played: int) -> None:
+    def _sent_piece(self, audio: int, played: int, marks: bool = True) -> None:
         """``audio`` samples of the agent's went out, taking ``played`` samples of time."""
         self._epoch_sent += audio
         self._due = max(self._due, asyncio.get_running_loop().time()) + played / self.rate
+        if not marks:
+            return
         if self._marked is None or self._epoch_sent - self._marked >= self._interval:
             self._mark()
+
+    async def _send_background(self, frame: AudioFrame) -> None:
+        await self._send_chunks(frame, marks=False)
+
+    @property
+    def takes_background(self) -> bool:
+        signals = self._signals_sending > 0 or bool(self._signals)
+        return super().takes_background and not signals
 
     @property
     def rate(self) -> int:
