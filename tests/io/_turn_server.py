@@ -68,6 +68,20 @@ class Coturn:
                 self._changed.clear()
                 await self._changed.wait()
 
+    async def until_relayed(self, packets: int, within: float) -> dict[str, tuple[int, int]]:
+        """``relayed()`` once one username's closed allocations relayed more than
+        ``packets`` each way (a client's unused allocations close first, with next to
+        nothing relayed, and the one it used when it leaves)."""
+        async with asyncio.timeout(within):
+            while True:
+                counts = self.relayed()
+                if any(got > packets and sent > packets for got, sent in counts.values()):
+                    return counts
+                if self.process.returncode is not None:
+                    raise AssertionError(f"turnserver exited: {self.lines[-20:]}")
+                self._changed.clear()
+                await self._changed.wait()
+
     def relayed(self) -> dict[str, tuple[int, int]]:
         """Packets relayed per TURN username, from the peer and to it (closed allocations)."""
         counts: dict[str, tuple[int, int]] = {}
@@ -102,10 +116,16 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def coturn(
-    folder: Path, *, user: tuple[str, str] | None = None, secret: str | None = None
+    folder: Path,
+    *,
+    user: tuple[str, str] | None = None,
+    secret: str | None = None,
+    loopback_peers: bool = True,
 ) -> AsyncIterator[Coturn]:
     """coturn on 127.0.0.1 with a static ``user`` (name, password) or a TURN REST
-    ``secret``, until the block ends; its database and pid file in ``folder``."""
+    ``secret``, until the block ends; its database and pid file in ``folder``.
+    ``loopback_peers`` False: coturn's default, which refuses to relay to our server on
+    127.0.0.1 (allocations succeed, then ICE finds no path)."""
     assert TURNSERVER is not None
     port = free_port()
     auth = (
@@ -121,7 +141,7 @@ async def coturn(
         f"--listening-port={port}",
         f"--realm={REALM}",
         *auth,
-        "--allow-loopback-peers",
+        *(["--allow-loopback-peers"] if loopback_peers else []),
         "--no-cli",
         "--no-tls",
         "--no-dtls",

@@ -5,15 +5,26 @@
 //
 // Everything the page is told is also kept on window.rejoinder, for tests and for curious
 // people with a console (window.rejoinder.client is the client itself).
+//
+// WebRTC that cannot connect (no ICE path within WEBRTC_CONNECT_MS, an offer the server
+// refused, a browser without WebRTC) falls back to the WebSocket, which goes wherever the
+// page itself came from: the page says so, and window.rejoinder.fallback says why.
 import { describe } from "./metrics.js";
 import { FloorStrip, MinuteStrip, color } from "./strips.js";
 
 const BUNDLE = "./rejoinder-client.js";
 const MISSING = "the client bundle is missing: run make demo";
+// How long WebRTC may take to find a path (ICE) before the page tries the WebSocket: a
+// relay over TURN takes a second or two; a network that blocks UDP and has no TURN never
+// connects, and the browser itself gives up only after ~30 s.
+const WEBRTC_CONNECT_MS = 8000;
+// The client's errors that mean WebRTC cannot connect here, where the WebSocket may.
+const WEBRTC_FAILED = new Set(["connect_failed", "connect_timeout", "offer_refused", "webrtc_unavailable"]);
 const $ = (id) => document.getElementById(id);
 
 const R = (window.rejoinder = {
   transport: "webrtc", connected: false, camera: false, muted: false, client: null,
+  fallback: null, // {from, to, code, reason} once WebRTC failed and the WebSocket took over
   events: [], states: [], errors: [], timeline: [], delays: [],
   // played: the last count reported on this connection; received: agent samples that came
   // on it (WebRTC: known only as they play, so the same); firstPlayed/lastPlayed: when the
@@ -240,9 +251,10 @@ async function connect() {
   // the camera first may take longer than a click's permission lasts.
   const context = new AudioContext({ latencyHint: "interactive" });
   const mine = (live = { context, camera: null, meter: null, tap: null, receivedBase: 0, lastReport: null,
-    readies: 0, ended: false });
+    readies: 0, ended: false, failedOver: null });
   Object.assign(R.audio, { played: 0, energy: 0, rate: 0, firstPlayed: null, lastPlayed: null, cleared: 0, maxGap: 0 });
   R.timeline = [];
+  R.fallback = null;
   floor.reset();
   $("banner").classList.remove("show");
   $("s-transport").textContent = R.transport === "webrtc" ? "WebRTC" : "WebSocket";
@@ -257,17 +269,46 @@ async function connect() {
       if (mine.ended) return release(mine); // cancelled meanwhile
       Object.assign($("camera-preview"), { srcObject: mine.camera, hidden: false });
     }
+    const webrtc = R.transport === "webrtc";
     await client.connect({
       url: location.href, // its query reaches the agent's entry point (conn.query)
       transport: R.transport,
       timeline: true,
       audioContext: context,
       camera: mine.camera ?? undefined,
-      audioElement: R.transport === "webrtc" ? agentElement(mine) : undefined,
+      audioElement: webrtc ? agentElement(mine) : undefined,
+      iceTimeoutMs: webrtc ? WEBRTC_CONNECT_MS : undefined,
     });
   } catch (error) {
+    if (mine.failedOver) return fallBack(mine, mine.failedOver);
     if (mine.ended) return; // the close event said why
     showError(String(error?.message || error));
+    release(mine);
+    ended("idle");
+  }
+}
+
+// WebRTC could not connect: the same conversation over the WebSocket, on the audio
+// context the click started (a new one would not be allowed to play).
+async function fallBack(mine, error) {
+  mine.failedOver = null;
+  const reason = String(error?.message || error);
+  R.fallback = { from: "webrtc", to: "websocket", code: error?.code ?? null, reason };
+  bubble("sys notice", "WebRTC could not connect (" + reason + "): talking over WebSocket instead");
+  chooseTransport("websocket");
+  $("s-transport").textContent = "WebSocket (WebRTC failed)";
+  status("connecting over WebSocket");
+  if (mine.camera) { // the camera goes over WebRTC only
+    for (const track of mine.camera.getTracks()) track.stop();
+    Object.assign($("camera-preview"), { srcObject: null, hidden: true });
+    mine.camera = null;
+    bubble("sys", "the camera is shared over WebRTC only: it is off");
+  }
+  try {
+    await client.connect({ url: location.href, transport: "websocket", timeline: true, audioContext: mine.context });
+  } catch (failure) {
+    if (mine.ended) return;
+    showError(String(failure?.message || failure));
     release(mine);
     ended("idle");
   }
@@ -295,6 +336,10 @@ function onReady(ready) {
 
 function onClose({ error, byUser }) {
   const mine = live;
+  if (mine && !byUser && mine.readies === 0 && R.transport === "webrtc" && WEBRTC_FAILED.has(error?.code)) {
+    mine.failedOver = error; // connect() goes on over the WebSocket: nothing is released
+    return;
+  }
   if (mine) mine.ended = true;
   if (error) showError(error.message);
   if (mine?.readies) bubble("sys", byUser ? "disconnected" : "the session ended");
@@ -393,12 +438,15 @@ $("connect").onclick = () => {
     ended("idle");
   } else void client.close();
 };
+function chooseTransport(transport) {
+  R.transport = transport;
+  for (const b of document.querySelectorAll(".switch button")) {
+    b.setAttribute("aria-pressed", String(b.dataset.transport === transport));
+  }
+  controls();
+}
 for (const button of document.querySelectorAll(".switch button")) {
-  button.onclick = () => {
-    R.transport = button.dataset.transport;
-    for (const b of document.querySelectorAll(".switch button")) b.setAttribute("aria-pressed", String(b === button));
-    controls();
-  };
+  button.onclick = () => chooseTransport(button.dataset.transport);
 }
 $("camera").onclick = () => {
   R.camera = !R.camera;
