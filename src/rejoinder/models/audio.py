@@ -23,7 +23,8 @@ PCM16 = npt.NDArray[np.int16]
 
 
 class AudioFrame:
-    """``data``: int16 samples, channels interleaved."""
+    """A piece of audio: ``data`` holds int16 samples, channels interleaved, at
+    ``sample_rate`` Hz. What microphones deliver, voices yield and outputs play."""
 
     __slots__ = ("_duration", "_samples", "data", "num_channels", "sample_rate")
 
@@ -53,18 +54,22 @@ class AudioFrame:
 
     @classmethod
     def silence(cls, seconds: float, sample_rate: int, num_channels: int = 1) -> AudioFrame:
+        """``seconds`` of digital silence."""
         samples = round(seconds * sample_rate)
         return cls(np.zeros(samples * num_channels, np.int16), sample_rate, num_channels)
 
     @property
     def samples_per_channel(self) -> int:
+        """How many samples each channel holds."""
         return self._samples
 
     @property
     def duration(self) -> float:
+        """Seconds of audio in the frame."""
         return self._duration
 
     def to_pcm(self) -> bytes:
+        """The samples as little-endian 16-bit PCM bytes."""
         return self.data.astype("<i2", copy=False).tobytes()
 
     def __repr__(self) -> str:
@@ -76,6 +81,9 @@ class AudioFrame:
 
 @dataclass(frozen=True, slots=True)
 class PlaybackFinished:
+    """How a segment of agent audio ended, as its ``AudioOutput`` reports it: how much
+    of it was heard, and whether it was cut short."""
+
     position: float
     """Seconds of the segment that were audible."""
     interrupted: bool
@@ -125,9 +133,12 @@ class AudioOutput(ABC):
         """Stop now and drop what was not played (an interruption)."""
 
     def pause(self) -> None:
+        """Hold playback where it is (only when ``can_pause``): the session pauses a
+        reply the user may be interrupting, and resumes it if they were not."""
         raise NotImplementedError(f"{type(self).__name__} cannot pause")
 
     def resume(self) -> None:
+        """Go on playing from where ``pause`` held it."""
         raise NotImplementedError(f"{type(self).__name__} cannot pause")
 
     def _report_started(self) -> None:

@@ -36,6 +36,7 @@ class ChatMessage:
 
     @property
     def text_content(self) -> str:
+        """The message's text (the same as ``content``)."""
         return self.content
 
 
@@ -53,6 +54,9 @@ class FunctionCall:
 
 @dataclass(slots=True)
 class FunctionCallOutput:
+    """What a tool returned for the call with the same ``call_id``, as the model is sent
+    it; ``is_error`` when the tool raised (the model sees the error's message)."""
+
     call_id: str
     name: str
     output: str
@@ -64,6 +68,10 @@ class FunctionCallOutput:
 
 @dataclass(slots=True)
 class AgentHandoff:
+    """The conversation passed from one agent to another (a tool returned an agent,
+    ``session.update_agent``, or a task started or ended); ``old_agent_id`` is ``None``
+    for the first agent."""
+
     old_agent_id: str | None
     new_agent_id: str
     id: str = field(default_factory=lambda: new_id("handoff"))
@@ -72,6 +80,8 @@ class AgentHandoff:
 
 
 ChatItem: TypeAlias = ChatMessage | FunctionCall | FunctionCallOutput | AgentHandoff
+"""One entry of a conversation: a message, a tool call, a tool's output or a handoff
+(each has a ``type`` naming which)."""
 
 
 class ChatContext:
@@ -84,6 +94,7 @@ class ChatContext:
 
     @classmethod
     def empty(cls) -> ChatContext:
+        """A context with no items."""
         return cls()
 
     def add_message(
@@ -94,6 +105,7 @@ class ChatContext:
         interrupted: bool = False,
         images: Iterable[ImageContent] = (),
     ) -> ChatMessage:
+        """Append a message with this role and text, and return it."""
         message = ChatMessage(
             role=role, content=content, interrupted=interrupted, images=tuple(images)
         )
@@ -101,15 +113,20 @@ class ChatContext:
         return message
 
     def append(self, item: ChatItem) -> None:
+        """Append any item: a message, a tool call or output, a handoff."""
         self.items.append(item)
 
     def copy(self) -> ChatContext:
+        """A new context with the same items: appending to one does not change the
+        other (the items themselves are shared)."""
         return ChatContext(self.items)
 
     def messages(self) -> list[ChatMessage]:
+        """The messages only, in order (tool calls, outputs and handoffs left out)."""
         return [item for item in self.items if isinstance(item, ChatMessage)]
 
     def get_by_id(self, item_id: str) -> ChatItem | None:
+        """The item with this ``id``, or ``None``."""
         return next((item for item in self.items if item.id == item_id), None)
 
     def __iter__(self) -> Iterator[ChatItem]:

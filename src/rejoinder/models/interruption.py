@@ -70,6 +70,8 @@ hundred milliseconds makes words of a hum more often than the whole utterance do
 
 
 class Interruption(enum.Enum):
+    """An interruption detector's verdict on speech over the agent."""
+
     INTERRUPT = "interrupt"
     """The user wants the floor: stop the agent."""
     IGNORE = "ignore"
@@ -127,6 +129,15 @@ def is_backchannel(transcript: str) -> bool:
 
 
 class InterruptionDetector(ABC):
+    """Decides whether speech over the agent is meant to stop it, while the agent goes on
+    talking (``AgentSession(interruption_detection=...)``): nothing pauses, so a "mm-hm"
+    or a cough leaves no trace, and a real interruption stops the agent as soon as it is
+    recognized. The session asks ``at_onset`` first, then (if set up) ``at_second_look``
+    and ``while_speaking`` on the words so far, then ``after_transcript`` on the whole
+    utterance; speech that lasts ``max_undecided_seconds`` interrupts whatever was
+    decided. ``local.OnsetInterruptionDetector`` is the shipped one; implement
+    ``at_onset`` for your own."""
+
     onset_seconds: float = 0.2
     """How much of the user's audio from the onset of speech ``at_onset`` is given (it is
     judged that long after the onset)."""

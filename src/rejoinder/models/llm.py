@@ -56,6 +56,10 @@ class StreamInfo:
 
 @dataclass(frozen=True, slots=True)
 class ChatChunk:
+    """One piece of a chat model's streamed reply: the next text (``delta``), tool
+    calls the model completed (``tool_calls``, each whole once its arguments are),
+    token counts, or who produced the stream."""
+
     delta: str = ""
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: Usage | None = None

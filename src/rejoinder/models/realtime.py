@@ -319,6 +319,11 @@ class RealtimeSession(ABC):
 
 
 class RealtimeModel(ABC):
+    """A speech-to-speech model: it hears the microphone and speaks itself, so a session
+    on one needs no VAD, recognizer or voice (``AgentSession(llm=openai.Realtime())``).
+    Each session opens its own ``RealtimeSession``, whose protocol facts the session turns
+    into obligations (``docs/providers.md`` has the contract)."""
+
     duplex: bool = False
     """True: full duplex; the model takes turns and handles barge-in itself."""
     sample_rate: int = 24000
@@ -326,10 +331,12 @@ class RealtimeModel(ABC):
 
     @property
     def model(self) -> str:
+        """The model's name, as metrics and usage report it."""
         return type(self).__name__
 
     @property
     def provider(self) -> str:
+        """The provider's name, as metrics report it."""
         return "unknown"
 
     @abstractmethod

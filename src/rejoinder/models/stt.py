@@ -51,6 +51,11 @@ class Transcript:
 
 
 class STT(ABC):
+    """A recognizer: the session hands it one utterance of audio, once the VAD heard the
+    user stop, and it returns the words. Implement ``recognize``; override ``transcribe``
+    too if the recognizer knows how sure it is (``Transcript.confidence``). A recognizer
+    that also hears the utterance while it is spoken is a ``StreamingSTT``."""
+
     @abstractmethod
     async def recognize(self, frames: Sequence[AudioFrame]) -> str:
         """Transcribe one utterance ("" when nothing intelligible was said)."""

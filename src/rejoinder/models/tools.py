@@ -14,6 +14,9 @@ from .._dataclass import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
+    """What a model is told about a tool: its name, what it does, and the JSON schema
+    of its arguments (``function_tool`` builds it from the type hints and docstring)."""
+
     name: str
     description: str
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})

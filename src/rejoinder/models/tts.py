@@ -40,6 +40,17 @@ class WordTiming:
 
 
 class TTS(ABC):
+    """A voice: text in, audio frames out. The session feeds it one sentence at a time
+    as the model's text streams in, so the first sentence plays while the rest is being
+    written. Implement ``synthesize``; an engine that takes the text as it streams is a
+    ``StreamingTTS``.
+
+    Args:
+        sample_rate: Hz of the frames ``synthesize`` yields.
+        num_channels: channels of those frames.
+        text_filter: what the engine is given of the model's text (see the attribute).
+    """
+
     text_filter: Callable[[str], str] | None
     """What the engine is given of the model's text (``clean_for_speech``: no markdown,
     no emoji); ``None`` hands it the text as written. The transcript and the history keep

@@ -26,6 +26,12 @@ class TurnDetectorError(Exception):
 
 
 class TurnDetector(ABC):
+    """A turn model (``AgentSession(turn_detection=...)``): given the end of the user's
+    last utterance, how likely it is that they finished their turn. The session asks it
+    each time the VAD ends an utterance; a complete turn ends without waiting
+    ``min_endpointing_delay``, an incomplete one waits longer for the user to go on.
+    ``local.SmartTurn`` is the shipped one; implement ``probability`` for your own."""
+
     threshold: float
     """A probability at or above this is a complete turn."""
 

@@ -48,6 +48,10 @@ class VADStream(ABC):
 
 
 class VAD(ABC):
+    """A voice activity detector: it hears when the user starts and stops speaking. The
+    session opens one ``stream`` per audio input and feeds it every microphone frame;
+    the ``VADEvent``s it returns start and end the user's utterances."""
+
     @abstractmethod
     def stream(self) -> VADStream:
         """A fresh detector state for one audio input."""

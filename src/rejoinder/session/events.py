@@ -56,6 +56,10 @@ class SessionStartedEvent:
 
 @dataclass(frozen=True, slots=True)
 class AgentStateChangedEvent:
+    """``agent_state_changed``: the agent's state changed (``initializing``,
+    ``listening``, ``thinking``, ``speaking``; docs/state-model.md says what each
+    promises). ``created_at`` is the loop time of the change."""
+
     old_state: AgentState
     new_state: AgentState
     created_at: float
@@ -64,6 +68,9 @@ class AgentStateChangedEvent:
 
 @dataclass(frozen=True, slots=True)
 class UserStateChangedEvent:
+    """``user_state_changed``: the user's state changed (``listening``, ``speaking``,
+    ``away``)."""
+
     old_state: UserState
     new_state: UserState
     created_at: float
@@ -72,6 +79,9 @@ class UserStateChangedEvent:
 
 @dataclass(frozen=True, slots=True)
 class UserInputTranscribedEvent:
+    """``user_input_transcribed``: the recognizer's words for the user's turn, interim
+    (``is_final`` False: the turn so far, replaced by the next) or final."""
+
     transcript: str
     is_final: bool
     type: Literal["user_input_transcribed"] = "user_input_transcribed"
@@ -79,12 +89,21 @@ class UserInputTranscribedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ConversationItemAddedEvent:
+    """``conversation_item_added``: an item was added to ``session.history``: a message
+    (the agent's, once it was delivered, with only what was heard if it was
+    interrupted), a tool call or output, a handoff."""
+
     item: ChatItem
     type: Literal["conversation_item_added"] = "conversation_item_added"
 
 
 @dataclass(frozen=True, slots=True)
 class SpeechCreatedEvent:
+    """``speech_created``: the agent will say something: a reply, ``say()``, a tool's
+    follow-up. ``source`` says what made it (``"say"``, ``"generate_reply"``,
+    ``"tool_reply"``, ...), ``user_initiated`` whether the application asked for it
+    rather than a user's turn; the handle follows it to its end."""
+
     speech_handle: SpeechHandle
     source: str
     user_initiated: bool
@@ -93,6 +112,10 @@ class SpeechCreatedEvent:
 
 @dataclass(frozen=True, slots=True)
 class FunctionToolsExecutedEvent:
+    """``function_tools_executed``: the tool calls of one model step returned (their
+    first result: a tool released to the background by ``ctx.update`` counts as returned
+    then); ``function_call_outputs`` holds each call's output, in the same order."""
+
     function_calls: list[FunctionCall]
     function_call_outputs: list[FunctionCallOutput | None]
     type: Literal["function_tools_executed"] = "function_tools_executed"
@@ -100,6 +123,9 @@ class FunctionToolsExecutedEvent:
 
 @dataclass(frozen=True, slots=True)
 class MetricsCollectedEvent:
+    """``metrics_collected``: one measurement, taken where the work happened (a model
+    call, a synthesis, a recognition, the latency of a turn)."""
+
     metrics: Metrics
     """One typed metric (``rj.LLMMetrics``, ``rj.TTSMetrics``, ...; see
     ``rejoinder.models.metrics``); ``metrics.to_dict()`` is its JSON payload."""
@@ -108,6 +134,12 @@ class MetricsCollectedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ErrorEvent:
+    """``error``: something failed, and the session went on (or, when ``recoverable`` is
+    False, is closing). ``source`` says where: ``"llm"``, ``"stt"``, ``"tts"``,
+    ``"tool"``, ``"output"`` (a text sink or audio output that raised), ``"watchdog"``
+    (an obligation outlived its deadline), ``"turn_detection"``, ``"realtime"``,
+    ``"delegation"``, ``"session"``, ..."""
+
     error: BaseException
     source: str
     recoverable: bool
@@ -116,6 +148,8 @@ class ErrorEvent:
 
 @dataclass(frozen=True, slots=True)
 class DTMFEvent:
+    """``dtmf``: the caller pressed a key on a phone call."""
+
     digit: str
     """One key: ``0``-``9``, ``*``, ``#`` or ``A``-``D``."""
     created_at: float
@@ -185,6 +219,10 @@ class AnsweredByEvent:
 
 @dataclass(frozen=True, slots=True)
 class CloseEvent:
+    """``close``: the session closed, for ``reason`` (``aclose(reason=...)``,
+    ``shutdown(reason=...)``, ``"call ended"``, ``"connection lost"``...); ``error``
+    when a failure closed it."""
+
     reason: str
     error: BaseException | None = None
     type: Literal["close"] = "close"

@@ -20,6 +20,9 @@ from ..models import AgentHandoff, ChatItem, ChatMessage, FunctionCall, Function
 
 @dataclass
 class RunResult:
+    """What one ``session.run(user_input=...)`` turn produced: its items in order, by
+    kind, the final text, and ``expect`` for ordered assertions (see the module)."""
+
     user_input: str
     items: list[ChatItem] = field(default_factory=list)
     """Messages, tool calls, tool outputs and handoffs of the turn, in order (the user's
@@ -32,18 +35,22 @@ class RunResult:
 
     @property
     def messages(self) -> list[ChatMessage]:
+        """The turn's messages."""
         return [i for i in self.items if isinstance(i, ChatMessage)]
 
     @property
     def function_calls(self) -> list[FunctionCall]:
+        """The turn's tool calls."""
         return [i for i in self.items if isinstance(i, FunctionCall)]
 
     @property
     def function_call_outputs(self) -> list[FunctionCallOutput]:
+        """The turn's tool outputs."""
         return [i for i in self.items if isinstance(i, FunctionCallOutput)]
 
     @property
     def handoffs(self) -> list[AgentHandoff]:
+        """The turn's handoffs."""
         return [i for i in self.items if isinstance(i, AgentHandoff)]
 
     @property
@@ -73,11 +80,15 @@ def describe(item: ChatItem) -> str:
 
 
 class RunExpectation:
+    """``result.expect``: a cursor over the turn's items. A failed expectation raises
+    ``AssertionError`` listing the items, the one it failed on marked."""
+
     def __init__(self, items: list[ChatItem]) -> None:
         self._items = items
         self._cursor = 0
 
     def next_event(self) -> EventAssert:
+        """The next item, to check with ``is_message``, ``is_function_call``, ..."""
         if self._cursor >= len(self._items):
             self._fail(f"expected another event after #{self._cursor}, the turn had no more")
         item = self._items[self._cursor]
@@ -85,10 +96,12 @@ class RunExpectation:
         return EventAssert(item, self._cursor - 1, self)
 
     def skip_next(self, count: int = 1) -> RunExpectation:
+        """Move past ``count`` items without checking them."""
         self._cursor = min(len(self._items), self._cursor + count)
         return self
 
     def no_more_events(self) -> None:
+        """Fail if items are left after the cursor."""
         if self._cursor < len(self._items):
             self._fail(f"expected no more events, but #{self._cursor} and later remain")
 
@@ -101,6 +114,9 @@ class RunExpectation:
 
 
 class EventAssert:
+    """One item of the turn, from ``next_event``: each ``is_...`` checks its kind and the
+    fields given, and returns the item."""
+
     def __init__(self, item: ChatItem, index: int, owner: RunExpectation) -> None:
         self.item, self._index, self._owner = item, index, owner
 
@@ -108,6 +124,7 @@ class EventAssert:
         self._owner._fail(f"event #{self._index}: expected {expected}, got {describe(self.item)}")
 
     def is_message(self, *, role: str | None = None, content: str | None = None) -> ChatMessage:
+        """A message, from ``role`` if given, whose text contains ``content`` if given."""
         item = self.item
         if (
             not isinstance(item, ChatMessage)
@@ -121,6 +138,8 @@ class EventAssert:
     def is_function_call(
         self, *, name: str | None = None, arguments: dict[str, Any] | None = None
     ) -> FunctionCall:
+        """A tool call, to ``name`` if given, whose arguments parse to ``arguments`` if
+        given."""
         item = self.item
         ok = isinstance(item, FunctionCall) and (name is None or item.name == name)
         if ok and arguments is not None:
@@ -141,6 +160,8 @@ class EventAssert:
     def is_function_call_output(
         self, *, output: str | None = None, is_error: bool | None = None
     ) -> FunctionCallOutput:
+        """A tool's output, equal to ``output`` if given, an error or not if
+        ``is_error`` is given."""
         item = self.item
         if (
             not isinstance(item, FunctionCallOutput)
@@ -155,6 +176,7 @@ class EventAssert:
         return item
 
     def is_agent_handoff(self, *, new_agent_id: str | None = None) -> AgentHandoff:
+        """A handoff, to the agent with id ``new_agent_id`` if given."""
         item = self.item
         if not isinstance(item, AgentHandoff) or (
             new_agent_id is not None and item.new_agent_id != new_agent_id

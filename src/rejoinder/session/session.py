@@ -64,6 +64,57 @@ Userdata = TypeVar("Userdata")
 
 
 class AgentSession(PhoneCalls, Generic[Userdata]):
+    """One conversation: the models it runs on, its I/O, its history, and its true state.
+
+    Give it models, fill ``session.input.audio`` / ``session.output.audio`` (a transport's
+    ``conn.serve`` does it), then ``await session.start(agent)``. Use it as ``async with``
+    or call ``aclose()`` when done. ``agent_state`` and ``user_state`` are derived from
+    what is owed and what is audible (docs/state-model.md), and every change is an event
+    (``session.on("agent_state_changed", ...)``).
+
+    Args:
+        llm: the chat model (``rj.LLM``) or a speech-to-speech model
+            (``rj.RealtimeModel``, which then hears and speaks itself).
+        stt: the recognizer, for a voice pipeline.
+        tts: the voice, for a voice pipeline.
+        vad: the voice activity detector, for a voice pipeline.
+        allow_interruptions: whether the user's speech may interrupt the agent (a reply,
+            ``say`` or an agent can override it).
+        min_interruption_duration: seconds of speech over the agent that interrupt it
+            (without an interruption detector).
+        min_endpointing_delay: seconds after the end of the user's speech before a turn
+            whose words are whole ends (the VAD's own silence counts towards it).
+        max_endpointing_delay: the longest wait for a user whose words broke off.
+        preemptive_generation: start the model on the final transcript, before the turn
+            has ended; its work is used only if nothing changed by the end of the turn.
+        user_away_timeout: seconds of mutual silence, with nothing owed or running,
+            after which the user is ``away`` (``None``: never).
+        max_tool_steps: tool rounds a reply may take; at the limit the model is offered
+            no tools and must answer.
+        tools: tools offered to every agent (they survive handoffs; an agent's own tool
+            of the same name wins).
+        turn_detection: ``"vad"`` (the words and the silence decide), ``"manual"``
+            (``commit_user_turn`` ends a turn) or a turn model (``rj.TurnDetector``).
+        interruption_detection: an ``rj.InterruptionDetector``: speech over the agent is
+            judged while the agent goes on talking, instead of pausing the reply.
+        min_interruption_words: without a detector, an interruption also needs this many
+            recognized words (0: none).
+        resume_false_interruption: without a detector, pause a reply the user talks over
+            and resume it if the speech was too short to interrupt.
+        false_interruption_timeout: seconds after such a short sound before the paused
+            reply resumes.
+        userdata: your own state, read back as ``session.userdata`` (and from tools).
+        obligation_timeouts: watchdog seconds per obligation kind
+            (``{"reply": 120, "tool": 900}``) over the defaults.
+        close_timeout: the bound on each step of closing, a handoff or an interruption.
+        answer_timeout: with a realtime model, seconds a completed response may take to
+            become audible before its answer is given up.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: a value out of range (a negative timeout, an unknown kind).
+    """
+
     def __init__(
         self,
         *,
@@ -144,10 +195,13 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
 
     @property
     def agent_state(self) -> AgentState:
+        """``initializing``, ``listening``, ``thinking`` or ``speaking``, derived from
+        what is owed and what is audible (docs/state-model.md)."""
         return self._floor.agent_state
 
     @property
     def user_state(self) -> UserState:
+        """``listening``, ``speaking`` or ``away``."""
         return self._floor.user_state
 
     @property
@@ -158,6 +212,7 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
 
     @property
     def current_agent(self) -> Agent:
+        """The agent that has the conversation now (a running task, if one is current)."""
         activity = self._activity
         if activity is None:
             raise RuntimeError("the session has no agent (call start() first)")
@@ -165,15 +220,19 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
 
     @property
     def current_speech(self) -> SpeechHandle | None:
+        """The handle of what the agent is saying now, if anything."""
         activity = self._activity
         return None if activity is None else activity.current_speech
 
     @property
     def history(self) -> ChatContext:
+        """The conversation so far, of every agent: messages (the agent's as heard),
+        tool calls and outputs, handoffs."""
         return self._history
 
     @property
     def userdata(self) -> Userdata:
+        """The ``userdata`` the session was given (``ValueError`` if none was)."""
         if self._userdata is None:
             raise ValueError("no userdata was given to the session")
         return self._userdata
@@ -207,6 +266,7 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
         return self._events.on(name, callback)
 
     def off(self, name: EventName, callback: Any) -> None:
+        """Unsubscribe ``callback`` from the event."""
         self._events.off(name, callback)
 
     @property
@@ -222,6 +282,9 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
     # ------------------------------------------------------------ lifecycle
 
     async def start(self, agent: Agent) -> None:
+        """Start the session with its first agent: the microphone is heard from now on,
+        and this returns once ``agent`` is current (its ``on_enter`` goes on running; the
+        agent stays ``initializing`` until it has entered). A session starts once."""
         if not isinstance(agent, Agent):
             raise TypeError(f"start() needs an rj.Agent, got {type(agent).__name__}")
         if self._root is not None:
@@ -288,6 +351,7 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
 
     @property
     def input_muted(self) -> bool:
+        """Whether the microphone is heard as silence (``mute_input``)."""
         return self._ctx is not None and self._ctx.input_muted
 
     def mute_input(self, muted: bool = True) -> None:
@@ -307,6 +371,7 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
             self._engine.input_muted(muted)
 
     def unmute_input(self) -> None:
+        """Hear the microphone again."""
         self.mute_input(False)
 
     def commit_user_turn(self) -> None:
@@ -447,6 +512,9 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
     # -------------------------------------------------------------- replies
 
     def say(self, text: str, *, allow_interruptions: bool | None = None) -> SpeechHandle:
+        """Say ``text`` as it is (no model involved), after what is already queued; the
+        agent is ``thinking`` from now until it is heard. The handle resolves when it
+        was played (or interrupted)."""
         require(text, str, "say() text")
         require(allow_interruptions, (bool, type(None)), "allow_interruptions")
         return self._started_engine().say(text, allow_interruptions)
@@ -458,6 +526,8 @@ class AgentSession(PhoneCalls, Generic[Userdata]):
         instructions: str | None = None,
         allow_interruptions: bool | None = None,
     ) -> SpeechHandle:
+        """Have the model reply now: to ``user_input`` as a user turn if given, with
+        ``instructions`` for this reply only if given. Returns the reply's handle."""
         require(user_input, (str, type(None)), "user_input")
         require(instructions, (str, type(None)), "instructions")
         require(allow_interruptions, (bool, type(None)), "allow_interruptions")

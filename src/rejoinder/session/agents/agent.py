@@ -22,6 +22,20 @@ class Agent:
 
         class Assistant(rj.Agent):
             instructions = "You are a helpful assistant."
+
+    Its methods decorated with ``@rj.function_tool`` are its tools. A tool that returns
+    another agent hands the conversation over to it.
+
+    Args:
+        instructions: the system prompt (else the class attribute; an agent with
+            neither raises ``TypeError``).
+        tools: more tools, or toolsets (an MCP server), besides its own methods.
+        chat_ctx: the conversation to start from (copied now): pass the previous agent's
+            ``chat_ctx`` to carry the conversation over a handoff.
+        llm: a model of its own instead of the session's.
+        allow_interruptions: whether the user may interrupt it (``None``: the
+            session's setting).
+        id: its name in events, the history and the logs (default: the class name).
     """
 
     def __init__(
@@ -106,6 +120,7 @@ class ClientDelegation:
 
     @property
     def session(self) -> PublicSession[Agent]:
+        """The session the delegation came in."""
         return self._session
 
     async def answer_with_llm(self) -> str:

@@ -48,6 +48,16 @@ running_host: contextvars.ContextVar[TaskHost | None] = contextvars.ContextVar(
 
 
 class AgentTask(Agent, Generic[T]):
+    """An agent that is awaited for a result: ``email = await GetEmail()`` in a tool or
+    hook of the current agent pauses that agent, makes the task current, and returns
+    what the task passes to ``complete`` (or raises the exception it passes). The task's
+    conversation is merged into the caller's when it ends; tasks nest. It takes the
+    arguments of ``Agent``.
+
+    While the task is current the caller says nothing and its waiting tool does not
+    count as owed; when it completes, the caller resumes with no ``listening`` in
+    between. ``cancel()`` ends it with a ``ToolError`` for the caller."""
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._outcome: asyncio.Future[T] | None = None
@@ -60,6 +70,7 @@ class AgentTask(Agent, Generic[T]):
 
     @property
     def done(self) -> bool:
+        """Whether the task has its result (or its failure)."""
         return self._outcome is not None and self._outcome.done()
 
     def complete(self, result: T | BaseException) -> None:

@@ -15,6 +15,11 @@ Userdata = TypeVar("Userdata")
 
 
 class RunContext(Generic[Userdata]):
+    """What a running tool is given, when its function takes a parameter annotated
+    ``rj.RunContext`` (it is not part of the tool's schema): the session, the call, the
+    reply that carries it, the session's ``userdata``, and ``update`` to release a slow
+    tool to the background."""
+
     def __init__(
         self,
         *,
@@ -36,14 +41,17 @@ class RunContext(Generic[Userdata]):
 
     @property
     def speech_handle(self) -> SpeechHandle:
+        """The reply the model made the call in."""
         return self._speech_handle
 
     @property
     def function_call(self) -> FunctionCall:
+        """The call being run: its id, the tool's name and the raw arguments."""
         return self._function_call
 
     @property
     def userdata(self) -> Userdata:
+        """The session's ``userdata``."""
         data: Any = self._session.userdata
         return data  # type: ignore[no-any-return]
 
