@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck pytest chromium sip-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo test release-check lint typecheck pytest chromium sip-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 # The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
 # lint tools), so a fresh clone reaches its first page quickly.
@@ -20,7 +20,7 @@ $(DEMO_STAMP): pyproject.toml
 
 # Everything the tests, the linters and the benchmarks use, on top of the demo's install.
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp,audio]'
 	touch $(STAMP)
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
@@ -34,6 +34,14 @@ demo: $(DEMO_STAMP) js
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
 test: lint typecheck js-test react-test pytest
+
+# A release's two files as PyPI gets them (CI runs this): sdist and wheel from `python -m build`,
+# `twine check --strict`, and the page's SDK bundle (made by `make js`, not in git) in the wheel.
+release-check: $(STAMP) js
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/python -c "import glob, sys, zipfile; [w] = glob.glob('dist/*.whl'); sys.exit(0 if 'rejoinder/io/static/rejoinder-client.js' in zipfile.ZipFile(w).namelist() else 'the wheel lacks the page SDK bundle: run make js')"
 
 # The TypeScript SDK (clients/js): node and npm from Debian when missing, its pinned
 # devDependencies from the npm registry (npm ci: exactly package-lock.json), then the
@@ -51,7 +59,7 @@ $(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json | node
 
 $(PAGE_SDK): $(JS)/node_modules/.installed $(wildcard $(JS)/src/*.ts $(JS)/src/*/*.ts) $(JS)/scripts/build.mjs
 	cd $(JS) && npm run --silent build
-	cp $(JS)/dist/index.js $(PAGE_SDK)
+	install -m 644 $(JS)/dist/index.js $(PAGE_SDK)
 
 js: $(PAGE_SDK)
 
