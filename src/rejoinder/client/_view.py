@@ -17,7 +17,9 @@ from ..io.protocol import (
 __all__ = ["AgentState", "Turn", "UserState", "View"]
 
 AgentState = Literal["initializing", "listening", "thinking", "speaking"]
+"""The agent's states, as the server's ``agent_state`` messages name them."""
 UserState = Literal["listening", "speaking", "away"]
+"""The user's states, as the server's ``user_state`` messages name them."""
 AGENT_STATES: frozenset[str] = frozenset(("initializing", "listening", "thinking", "speaking"))
 
 

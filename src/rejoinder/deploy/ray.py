@@ -80,7 +80,10 @@ logger = logging.getLogger("rejoinder.deploy.ray")
 
 INSTALL_HINT = _extras.install_command("ray")
 DEFAULT_SESSIONS_PER_REPLICA = 8
+"""Live sessions a replica takes by default (``--sessions-per-replica``: its
+``max_ongoing_requests``)."""
 DEPLOYMENT_NAME = "RejoinderAgent"
+"""The Serve deployment's name."""
 CLOSE_MARGIN = 15.0
 """Seconds past ``drain_timeout`` before Ray kills a stopping replica: time to close the
 sessions still live (``SessionGate.close_all``: up to twice ``CANCEL_GRACE``)."""

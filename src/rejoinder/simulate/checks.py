@@ -23,12 +23,15 @@ Who = Literal["agent", "user"]
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """One ``expect:`` entry, checked: whether it held, what it was, and why not."""
+
     passed: bool
     what: str
     why: str = ""
 
 
 def check_all(sim: Simulation) -> list[Verdict]:
+    """Check every ``expect:`` entry of the simulation's scenario, in order."""
     return [check_one(sim, check) for check in sim.scenario.expect]
 
 

@@ -30,6 +30,8 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(text: str, *, where: str = "<scenario>") -> Scenario:
+    """Read a scenario from YAML text; ``ScenarioError`` says what is wrong, naming
+    ``where`` (a file name) and the line."""
     with _extras.needed("simulate", "reading a scenario (YAML)", error=ScenarioError):
         import yaml  # type: ignore[import-untyped, unused-ignore]
     try:

@@ -55,6 +55,9 @@ class Row:
 
 @dataclass
 class Simulation:
+    """What ``simulate`` saw: every state change up to ``end`` (virtual seconds), the
+    printed rows, the final history, the errors, and the timeline's entries."""
+
     scenario: Scenario
     end: float
     initial: dict[str, str]

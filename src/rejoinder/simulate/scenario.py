@@ -273,6 +273,11 @@ class Check(_Strict):
 
 
 class Scenario(_Strict):
+    """A scenario file, checked: the agent (scripted, or a class of your own), the
+    model's replies, the tools, the speech models, the session's options, the timed
+    events, how long to run (``until``) and what to check (``expect``).
+    ``examples/scenarios/README.md`` lists every key."""
+
     name: str | None = None
     description: str | None = None
     agent: AgentSpec = Field(default_factory=lambda: AgentSpec(scripted=ScriptedAgent()))

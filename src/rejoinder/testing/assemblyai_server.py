@@ -116,6 +116,20 @@ class _Heard:
 
 
 class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
+    """AssemblyAI's Universal-Streaming WebSocket on 127.0.0.1, for ``assemblyai.STT``
+    (the module says how it hears and what it answers).
+
+    Args:
+        api_key: the key a client must send (``None``: any).
+        transcripts: what each utterance is heard as, in order (a ``Said`` to set the
+            turn model's confidence).
+        end_of_turn_confidence: the turn model's confidence for a plain string.
+        word_ms: milliseconds of speech per word revealed.
+        speech_threshold: the peak above which a chunk of audio is speech.
+        faults: one per connection, in order (``None``: a healthy one).
+        port: the port to listen on (0: a free one).
+    """
+
     _root, _endpoint, _connection_type = "/v3", "/ws", AssemblyAIConnection
 
     def __init__(

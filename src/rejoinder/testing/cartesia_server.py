@@ -136,6 +136,19 @@ class Connection:
 
 
 class CartesiaServer(ScriptedFaultServer[Fault]):
+    """Cartesia's TTS WebSocket on 127.0.0.1, for ``cartesia.TTS`` (the module says how
+    it buffers, voices and times the words).
+
+    Args:
+        api_key: the key a client must send (``None``: any).
+        seconds_per_char: audio per character of text.
+        chars_per_chunk: characters voiced per ``chunk`` message.
+        chunk_delay: seconds (loop time) before each chunk.
+        idle_timeout: seconds without a message before the connection is closed.
+        faults: one per connection, in order.
+        port: the port to listen on (0: a free one).
+    """
+
     def __init__(
         self,
         *,

@@ -88,6 +88,21 @@ class _Heard:
 
 
 class DeepgramServer(ListenServer[Fault, DeepgramConnection]):
+    """Deepgram's live transcription WebSocket on 127.0.0.1, for ``deepgram.STT`` (the
+    module says how it hears and what it answers).
+
+    Args:
+        api_key: the key a client must send (``None``: any).
+        transcripts: what each utterance is heard as, in order (more with
+            ``add_transcripts``).
+        word_ms: milliseconds of speech per word revealed.
+        segment_words: send every that many words as an ``is_final`` segment.
+        speech_threshold: the peak above which a chunk of audio is speech.
+        idle_timeout: seconds without audio or KeepAlive before the stream is closed.
+        faults: one per connection, in order (``None``: a healthy one).
+        port: the port to listen on (0: a free one).
+    """
+
     _root, _endpoint, _connection_type = "/v1", "/listen", DeepgramConnection
 
     def __init__(

@@ -103,6 +103,19 @@ class _Closed(Exception):
 
 
 class ElevenLabsServer(ScriptedFaultServer[Fault]):
+    """ElevenLabs' stream-input WebSocket on 127.0.0.1, for ``elevenlabs.TTS`` (the
+    module says how it buffers, voices and aligns the text).
+
+    Args:
+        api_key: the key a client must send (``None``: any).
+        seconds_per_char: audio per character of text.
+        chars_per_message: characters voiced per audio message.
+        message_delay: seconds (loop time) before each audio message.
+        inactivity_timeout: seconds without a message before the connection is closed.
+        faults: one per connection, in order.
+        port: the port to listen on (0: a free one).
+    """
+
     def __init__(
         self,
         *,

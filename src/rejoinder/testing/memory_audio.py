@@ -43,10 +43,12 @@ class MemoryAudioOutput(AudioOutput):
 
     @property
     def playing(self) -> bool:
+        """A segment is playing (or paused)."""
         return self._started_at is not None
 
     @property
     def paused(self) -> bool:
+        """The segment playing is paused."""
         return self._paused_at is not None
 
     async def capture_frame(self, frame: AudioFrame) -> None:
@@ -154,6 +156,7 @@ class MemoryAudioInput(AudioInput):
             await self.push(AudioFrame(chunk, self.sample_rate))
 
     async def push_silence(self, seconds: float) -> None:
+        """``seconds`` of silence, delivered in real time as the microphone hears it."""
         # Frame by frame: an hour of silence (a rig's background feed) would otherwise be
         # hundreds of MB held at once, for as long as any of its frames lived.
         remaining = round(seconds * self.sample_rate)
@@ -163,6 +166,7 @@ class MemoryAudioInput(AudioInput):
             remaining -= samples
 
     def close(self) -> None:
+        """End the microphone's stream once what was pushed is delivered."""
         self._queue.put_nowait(None)
 
     async def __aiter__(self) -> AsyncIterator[AudioFrame]:

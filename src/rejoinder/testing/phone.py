@@ -70,6 +70,10 @@ class MenuNode:
 
 @dataclass
 class FakePhoneCall:
+    """A caller on Twilio's media-stream protocol, over a real WebSocket, in real time
+    (the module says what it sends and how it plays). Open one with ``connect``; the
+    fields below record what happened on the call."""
+
     ws: aiohttp.ClientWebSocketResponse
     call_sid: str = "CA00000000000000000000000000000001"
     stream_sid: str = "MZ00000000000000000000000000000001"
@@ -186,6 +190,7 @@ class FakePhoneCall:
             wav.writeframes(self.heard_audio().astype("<i2").tobytes())
 
     async def silence(self, seconds: float) -> None:
+        """Say nothing for ``seconds`` (the line carries silence meanwhile)."""
         await asyncio.sleep(seconds)  # the clock sends silence meanwhile
 
     async def press(self, digits: str, *, gap: float = 0.15) -> None:
@@ -233,6 +238,7 @@ class FakePhoneCall:
     # --------------------------------------------------------- observations
 
     def heard_seconds(self) -> float:
+        """Seconds of agent audio the caller has heard so far."""
         return sum(len(h.pcm) for h in self.heard) / RATE
 
     def heard_audio(self) -> PCM16:
@@ -285,6 +291,7 @@ class FakePhoneCall:
 
     @property
     def closed(self) -> bool:
+        """Whether the media socket is closed."""
         return self.ws.closed
 
     async def until(self, condition: Callable[[], bool], timeout: float) -> None:  # noqa: ASYNC109

@@ -27,6 +27,9 @@ __all__ = ["OnsetCall", "ScriptedInterruptionDetector"]
 
 @dataclass(frozen=True, slots=True)
 class OnsetCall:
+    """One verdict a ``ScriptedInterruptionDetector`` was asked for: how much audio it
+    was given, and when."""
+
     audio_seconds: float
     at: float
     """The loop time the verdict was asked for."""

@@ -51,6 +51,9 @@ Response: TypeAlias = Sequence[Step]
 
 @dataclass(frozen=True, slots=True)
 class ScriptedCall:
+    """One call a ``ScriptedLLM`` received (``llm.calls``): the conversation it was
+    sent, the tools offered and the tool choice."""
+
     chat_ctx: ChatContext
     tools: list[ToolDefinition]
     tool_choice: ToolChoice
@@ -75,6 +78,7 @@ class ScriptedLLM(LLM):
 
     @property
     def model(self) -> str:
+        """The name given as ``model`` (``"scripted"``)."""
         return self._model
 
     @property

@@ -28,6 +28,9 @@ __all__ = ["ScriptedTurnDetector", "TurnCall"]
 
 @dataclass(frozen=True, slots=True)
 class TurnCall:
+    """One judgement a ``ScriptedTurnDetector`` was asked for: how much audio it was
+    given, the transcript before it, and when."""
+
     audio_seconds: float
     transcript: str
     at: float
@@ -35,6 +38,17 @@ class TurnCall:
 
 
 class ScriptedTurnDetector(TurnDetector):
+    """A turn detector whose verdicts a test writes down (the module shows it in use).
+
+    Args:
+        script: the probability of each judgement in turn (the last repeats), or an
+            exception to raise.
+        delay: seconds (loop time) each judgement takes.
+        threshold: a probability at or above this is a complete turn.
+        max_audio_seconds: how much of the utterance it is given, at most.
+        judges_early: be asked at the user's first pause as well.
+    """
+
     def __init__(
         self,
         script: Iterable[float | BaseException] = (0.9,),

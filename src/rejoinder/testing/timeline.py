@@ -11,6 +11,9 @@ Who = Literal["agent", "user"]
 
 @dataclass(frozen=True, slots=True)
 class StateChange:
+    """One reported state change: when (loop time), whose (``"agent"`` or ``"user"``),
+    from and to which state."""
+
     at: float
     who: Who
     old: str
@@ -38,6 +41,7 @@ class StateTimeline:
         self.changes.append(StateChange(event.created_at, who, event.old_state, event.new_state))
 
     def changes_of(self, who: Who) -> list[StateChange]:
+        """The changes of the agent's or the user's state, in order."""
         return [c for c in self.changes if c.who == who]
 
     def agent_states(self, since: float | None = None) -> list[str]:
@@ -45,6 +49,7 @@ class StateTimeline:
         return self._states("agent", since)
 
     def user_states(self, since: float | None = None) -> list[str]:
+        """The user's states in order, starting with the one they had at ``since``."""
         return self._states("user", since)
 
     def _states(self, who: Who, since: float | None) -> list[str]:
@@ -82,5 +87,6 @@ class StateTimeline:
             )
 
     def describe(self, who: Who = "agent") -> str:
+        """The states as text, each with its time (for a failure message)."""
         parts = [self.initial[who]] + [f"{c.new}@{c.at:.3f}" for c in self.changes_of(who)]
         return " → ".join(parts)

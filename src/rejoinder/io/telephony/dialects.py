@@ -264,6 +264,8 @@ TWILIO = Dialect(
     },
     clear_message=lambda call: {"event": "clear", "streamSid": call.stream_id},
 )
+"""Twilio Media Streams (``<Connect><Stream>``): μ-law at 8 kHz, marks echoed once
+played, ``clear`` echoing the marks it dropped."""
 
 
 # ----------------------------------------------------------------- Telnyx
@@ -311,6 +313,8 @@ TELNYX = Dialect(
     mark_message=lambda call, name: {"event": "mark", "mark": {"name": name}},
     clear_message=lambda call: {"event": "clear"},
 )
+"""Telnyx media streaming (Call Control's ``stream_url``, bidirectional RTP mode): μ-law
+or A-law at 8 kHz, marks and ``clear`` as Twilio's."""
 
 
 # ------------------------------------------------------------------ Plivo
@@ -368,5 +372,9 @@ PLIVO = Dialect(
     # "playedStream will only be emitted if the preceding events were played successfully"
     marks_echoed_on_clear=False,
 )
+"""Plivo audio streams (``<Stream bidirectional>``): μ-law at 8 kHz, ``checkpoint``
+echoed as ``playedStream`` once played, ``clearAudio`` dropping the pending ones."""
 
 DIALECTS: Mapping[str, Dialect] = {d.name: d for d in (TWILIO, TELNYX, PLIVO)}
+"""Every provider's dialect by name (``"twilio"``, ``"telnyx"``, ``"plivo"``), as
+``--telephony`` and ``create_app(telephony=[...])`` name them."""

@@ -19,6 +19,9 @@ class TransferFailed(RuntimeError):
 
 
 class PhoneLine(Protocol):
+    """A phone call's line (``conn.line``): keys out and a cold transfer, whether the
+    call is a provider's media stream or a SIP call."""
+
     async def send_dtmf(self, digits: str) -> None:
         """Press ``digits`` (``0-9 * # A-D``, ``w`` half a second's pause, ``W`` a
         second's) down the line; return once they were sent."""
