@@ -50,7 +50,9 @@ from .peer import OfferError, Runner, WebRTCPeer  # noqa: E402  # after the extr
 logger = logging.getLogger("rejoinder.io.webrtc")
 
 OFFER_PATH = "/api/offer"
+"""The route that takes an SDP offer and answers it (POST)."""
 ICE_PATH = "/api/ice"
+"""The route that gives a client the ICE servers for its next offer (GET)."""
 
 
 def _error(status: int, message: str, code: str | None = None) -> web.Response:
