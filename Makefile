@@ -26,7 +26,8 @@ $(STAMP): $(DEMO_STAMP)
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
 # LLM, Piper): `make demo LLM=gpt-4o-mini` (and BASE_URL=... for Ollama, vLLM...) uses a
 # real model through an OpenAI-compatible API, `LLM=anthropic/claude-sonnet-4-5` Claude;
-# ARGS=... go to `rejoinder dev`.
+# ARGS=... go to `rejoinder dev`, which says how long this took to the first page.
+demo: export REJOINDER_DEMO_STARTED_AT := $(shell date +%s.%N)
 demo: $(DEMO_STAMP) js
 	@echo "rejoinder voice demo: open the URL below, allow the microphone, and talk."
 	@echo "For the text console instead: $(BIN)/rejoinder console"

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -481,7 +482,9 @@ def make_demo_command(*variables: str) -> tuple[list[str], list[str]]:
 
 @pytest.mark.looptime(False)
 @pytest.mark.timeout(60)
-async def test_make_demo_command_serves_the_offline_voice_agent() -> None:
+async def test_make_demo_command_serves_the_offline_voice_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``make demo``'s command (on a free port): the page, and the offline voice agent
     greeting a WebSocket client with Piper's voice."""
     echoed, command = make_demo_command()
@@ -489,8 +492,13 @@ async def test_make_demo_command_serves_the_offline_voice_agent() -> None:
     assert command == [".venv/bin/rejoinder", "dev", "examples/voice_agent.py"]
     if not (ROOT / command[0]).exists():
         command[0] = str(Path(sys.executable).with_name("rejoinder"))
+    # make demo exports when it began; the server says how long it took to the page
+    monkeypatch.setenv("REJOINDER_DEMO_STARTED_AT", str(time.time() - 1.0))
     async with server(command[1:], command=command[:1]) as srv, aiohttp.ClientSession() as http:
         assert srv.lines[0] == "rejoinder dev: examples/voice_agent.py"
+        [up] = [line for line in srv.lines if "after make demo began" in line]
+        seconds = re.fullmatch(r"  the page is up (\d+\.\d) s after make demo began", up)
+        assert seconds is not None and 1.0 <= float(seconds.group(1)) < 60, up
         assert f"  open http://127.0.0.1:{srv.port}/ in a browser" in srv.lines
         async with http.get(f"{srv.base}/healthz") as response:
             assert (await response.json())["status"] == "ok"
@@ -647,6 +655,12 @@ async def test_dev_prints_a_line_per_session_and_per_turn(tmp_path: Path) -> Non
     assert len({session for session, _ in lines}) == 1, srv.lines  # one session, named
     said = [text for _, text in lines]
     assert said[0] == "started: websocket from 127.0.0.1, agent Greeter"
+    greeting = re.fullmatch(
+        r"greeting: first audio heard (\d+\.\d\d) s after the session began", said[1]
+    )
+    assert greeting is not None, said
+    assert 0.0 < float(greeting.group(1)) < 2.0
+    del said[1]
     spoken = re.fullmatch(
         r'turn: heard "Hi there\.", first audio (\d+\.\d\d) s after the speech ended', said[1]
     )
@@ -691,6 +705,8 @@ async def test_serve_logs_json_lines_with_the_session_and_agent(tmp_path: Path) 
         ("typed", 2, "message"),
     ]
     assert all(0 < t["latency"] < 2 for t in turns)
+    assert 0 < by_event["greeting"]["latency"] < 2
+    assert by_event["greeting"]["session_id"] == session_id
     # serve keeps what people said out of its log unless --log-transcripts
     assert not any("text" in t for t in turns)
     assert "Hi there" not in "\n".join(srv.lines)

@@ -27,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -358,11 +360,24 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
         lines.append(
             f"  a client that drops may resume its session within {options.resume_grace:g} s"
         )
+    began = _demo_began()
+    if began is not None:
+        took = max(time.time() - began, 0.0)
+        lines.append(f"  the page is up {took:.1f} s after make demo began")
     if options.reload:
         lines.append(f"  reloading {options.path} when it changes; Ctrl-C stops")
     else:
         lines.append(f"  SIGTERM or Ctrl-C drains (up to {options.drain_timeout:g} s), then stops")
     _say(out, "\n".join(lines))
+
+
+def _demo_began() -> float | None:
+    """When ``make demo`` began (Unix time, ``REJOINDER_DEMO_STARTED_AT``), to say how long
+    a fresh clone took to its first page; None when not started that way."""
+    try:
+        return float(os.environ["REJOINDER_DEMO_STARTED_AT"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _phone_line(options: ServerOptions, port: int, provider: str) -> str:

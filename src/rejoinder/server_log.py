@@ -2,10 +2,11 @@
 person to read or as JSON lines.
 
 ``SessionLines.watch(conn)`` follows the session a connection serves through its events
-(nothing is added to the session): a line when its first agent has entered, one per user
-turn, one when it ends::
+(nothing is added to the session): a line when its first agent has entered, one when its
+greeting was first heard, one per user turn, one when it ends::
 
     14:02:07 session_3f2a started: websocket from 127.0.0.1, agent VoiceAssistant
+    14:02:08 session_3f2a greeting: first audio heard 0.61 s after the session began
     14:02:11 session_3f2a turn: heard "weather in Paris?", first audio 0.42 s after the speech ended
     14:02:30 session_3f2a ended after 23.1 s (client left), 4 turns
 
@@ -91,6 +92,9 @@ class _Watch:
         self._transport = transport
         self._remote = remote
         self._began = time.monotonic()
+        self._opened = _loop_time()
+        self._greeted = False
+        """The agent has spoken (or been answered): the greeting's line is said once."""
         self._entered = False
         self._spoke = False
         """The user was heard speaking since their last message: the next one was spoken
@@ -135,6 +139,17 @@ class _Watch:
                 transport=self._transport,
                 remote=self._remote,
             )
+        if ev.new_state == "speaking" and not self._greeted:
+            self._greeted = True
+            if self._turn is None and self._turns == 0:
+                # Spoken before anything was said to it: the greeting, whose wait is the
+                # first thing a person notices.
+                wait = max(ev.created_at - self._opened, 0.0)
+                self._log(
+                    "greeting",
+                    f"greeting: first audio heard {wait:.2f} s after the session began",
+                    latency=round(wait, 3),
+                )
         turn = self._turn
         if turn is None:
             return
@@ -151,6 +166,7 @@ class _Watch:
         item = ev.item
         if not isinstance(item, ChatMessage) or item.role != "user":
             return
+        self._greeted = True  # the user spoke first: no greeting to time
         self._end_turn()  # a turn the agent never finished answering: the user went on
         spoken, self._spoke = self._spoke, False
         now = _loop_time()
