@@ -474,6 +474,20 @@ async def test_once_closed_or_detached_nothing_more_is_sent() -> None:
 AMBIENT_FRAME = AudioFrame(np.zeros(CHUNK, np.int16), RATE)
 
 
+async def test_a_refused_background_frame_never_holds_the_voice_back() -> None:
+    listener = Listener()
+    output = listener.output
+    await output.capture_frame(voice(TICK)[0])  # a reply is being captured ...
+    assert not output.takes_background
+    assert not await output.play_background(AMBIENT_FRAME)  # ... so this is refused
+    async with asyncio.timeout(1):
+        await output.capture_frame(voice(TICK)[0])  # and the reply goes on at once
+    output.flush()
+    assert [pending for *_, pending in listener.sent] == [True, True]
+    with pytest.raises(ValueError, match="mono at 24000 Hz"):
+        await output.play_background(AudioFrame(np.zeros(160, np.int16), 8000))
+
+
 # -------------------------------------------------------- random interleavings
 
 steps = st.lists(

@@ -305,6 +305,8 @@ class _Mixer:
                     continue
                 # Refused before it was sent: as if it had never been made.
                 self.ambient_at, self.thinking_at, self._due, self.thinking_unheard = kept
+                await asyncio.sleep(FRAME)
+                continue
             # Topped up every half lead (fewer wake-ups than a frame's), and looked at
             # as often while the voice plays: the gap after it is never missed.
             half = self.owner.lead / 2

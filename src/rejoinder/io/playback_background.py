@@ -89,13 +89,13 @@ class BackgroundGaps:
         ``takes_background`` (and no other background frame is being sent)."""
         if frame.sample_rate != self.sample_rate or frame.num_channels != 1:
             raise ValueError(f"background audio must be mono at {self.sample_rate} Hz")
+        if not self.takes_background or frame.samples_per_channel == 0:
+            return False
         sent = self._background_sent
         if sent is None:
             sent = self._background_sent = asyncio.Event()
         elif not sent.is_set():
-            return False
-        if not self.takes_background or frame.samples_per_channel == 0:
-            return False
+            return False  # one at a time
         # Counted before the await, as the voice is: a clear during the send puts it in
         # the epoch it was sent in.
         self._sent += frame.samples_per_channel
