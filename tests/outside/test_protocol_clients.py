@@ -2,8 +2,12 @@
 alone: the states a client sees, the close codes, and that nothing is left running.
 Real time, each test bounded to seconds.
 
-The agent file each test writes is scripted (an energy VAD, scripted recognizer, model
-and voice), so what is measured is the server's behaviour towards its client.
+The agent file is scripted (an energy VAD, scripted recognizer, model and voice), so what
+is measured is the server's behaviour towards its client. One ``rejoinder dev`` serves
+the module's WebSocket tests (starting one costs a second or two of imports): each test
+asks for its agent through the socket's query (``conn.query``: the greeting, the
+recognizer's latency, the away timeout) and leaves no session behind. The full phone line
+(``--max-sessions 2``) has a server of its own.
 """
 
 from __future__ import annotations
@@ -13,62 +17,87 @@ import contextlib
 import re
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from .._served import Server, server
 from ._protocol_client import ProtocolClient
 
-pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
+ONE_LOOP = pytest.mark.asyncio(loop_scope="module")
+"""The shared server's process and output pump belong to the module's loop."""
+pytestmark = [
+    pytest.mark.looptime(False),
+    pytest.mark.timeout(60),
+    ONE_LOOP,
+    pytest.mark.xdist_group("outside_protocol_clients"),  # one server per module, not per worker
+]
 
 AGENT = """
 import rejoinder as rj
 from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
 
-GREETING = {greeting!r}
+LONG = {long!r}
 
 
 class Greeter(rj.Agent):
     instructions = "test"
 
+    def __init__(self, greeting):
+        super().__init__()
+        self.greeting = greeting
+
     async def on_enter(self) -> None:
-        if GREETING:
-            self.session.say(GREETING)
+        if self.greeting:
+            self.session.say(self.greeting)
 
 
 async def entrypoint(conn):
+    # what the test asked for in the socket's query (see agent_query)
+    asked = conn.query
+    away = asked.get("away")
     session = rj.AgentSession(
         llm=ScriptedLLM(lambda _: ["Hello again, nice to hear you."]),
         vad=ScriptedVAD(),
-        stt=ScriptedSTT(lambda _: "Hi there.", latency={recognizer_seconds!r}),
+        stt=ScriptedSTT(
+            lambda _: "Hi there.", latency=float(asked.get("recognizer_seconds", 0.0))
+        ),
         tts=ScriptedTTS(seconds_per_char=0.02),
-        user_away_timeout={away!r},
+        user_away_timeout=float(away) if away else None,
         min_interruption_duration=0.3,
     )
-    await conn.serve(session, Greeter())
+    await conn.serve(session, Greeter(asked.get("greeting", LONG)))
 """
 
 LONG = "This greeting goes on for a while, long enough to be talked over by the user."
 
 
-def agent_file(
-    tmp_path: Path,
-    *,
-    greeting: str = LONG,
-    recognizer_seconds: float = 0.0,
-    away: float | None = None,
-) -> Path:
-    path = tmp_path / "outside_agent.py"
-    source = AGENT.format(greeting=greeting, recognizer_seconds=recognizer_seconds, away=away)
-    path.write_text(textwrap.dedent(source), encoding="utf-8")
+def agent_file(folder: Path) -> Path:
+    path = folder / "outside_agent.py"
+    path.write_text(textwrap.dedent(AGENT.format(long=LONG)), encoding="utf-8")
     return path
 
 
-async def connect(srv: Server, http: aiohttp.ClientSession, **options: Any) -> ProtocolClient:
-    ws = await http.ws_connect(f"{srv.base}/ws")
+def agent_query(
+    *, greeting: str = LONG, recognizer_seconds: float = 0.0, away: float | None = None
+) -> str:
+    """The agent a connection gets: its greeting (none when empty), how long its scripted
+    recognizer takes, and its ``user_away_timeout`` (none by default)."""
+    asked: dict[str, str] = {"greeting": greeting, "recognizer_seconds": str(recognizer_seconds)}
+    if away is not None:
+        asked["away"] = str(away)
+    return urlencode(asked)
+
+
+async def connect(
+    srv: Server, http: aiohttp.ClientSession, *, query: str = "", **options: Any
+) -> ProtocolClient:
+    ws = await http.ws_connect(f"{srv.base}/ws?{query or agent_query()}")
     client = ProtocolClient(ws, **options)
     await client.start()
     return client
@@ -92,80 +121,93 @@ def dev(agent: Path) -> list[str]:
     return ["dev", str(agent), "--no-reload"]
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def srv(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
+    """The module's ``rejoinder dev`` (its log lines too, in ``lines``)."""
+    agent = agent_file(tmp_path_factory.mktemp("outside"))
+    async with server(dev(agent), with_stderr=True) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http(srv: Server) -> AsyncIterator[aiohttp.ClientSession]:
+    """A client session for one test; the test leaves no session on the server behind."""
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
 # ------------------------------------------------------------ playback reports
 
 
 async def test_a_client_that_never_confirms_a_clear_still_hears_the_next_reply(
-    tmp_path: Path,
+    srv: Server, http: aiohttp.ClientSession
 ) -> None:
-    async with server(dev(agent_file(tmp_path))) as srv, aiohttp.ClientSession() as http:
-        client = await connect(srv, http, confirms_clears=False)
-        try:
-            speaking = await client.wait_state("speaking")
-            await asyncio.sleep(0.5)
-            await client.speak(0.8)  # talks over the greeting
-            clear = await client.wait_for(lambda s: s.kind == "clear", within=3)
-            received_at_clear = client.received
-            await client.silence(0.6)
-            # The reply to "Hi there." is heard, then finishes: within seconds, not the
-            # reply watchdog's minutes.
-            second = await client.wait_state("speaking", after=clear.t, within=6)
-            done = await client.wait_state("listening", after=second.t, within=6)
-            assert client.received > received_at_clear
-            assert done.t - speaking.t < 10
-            assert client.first("error", code="playback_reports") is None
-        finally:
-            await client.close()
-        await no_sessions_left(srv, http)
+    client = await connect(srv, http, confirms_clears=False)
+    try:
+        speaking = await client.wait_state("speaking")
+        await asyncio.sleep(0.5)
+        await client.speak(0.8)  # talks over the greeting
+        clear = await client.wait_for(lambda s: s.kind == "clear", within=3)
+        received_at_clear = client.received
+        await client.silence(0.6)
+        # The reply to "Hi there." is heard, then finishes: within seconds, not the
+        # reply watchdog's minutes.
+        second = await client.wait_state("speaking", after=clear.t, within=6)
+        done = await client.wait_state("listening", after=second.t, within=6)
+        assert client.received > received_at_clear
+        assert done.t - speaking.t < 10
+        assert client.first("error", code="playback_reports") is None
+    finally:
+        await client.close()
+    await no_sessions_left(srv, http)
 
 
 async def test_a_client_that_stops_reporting_played_is_not_left_speaking(
-    tmp_path: Path,
+    srv: Server, http: aiohttp.ClientSession
 ) -> None:
     greeting = "A short greeting of about two seconds of audio in all."
-    agent = agent_file(tmp_path, greeting=greeting)
-    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
-        client = await connect(srv, http)
-        try:
-            speaking = await client.wait_state("speaking")
-            client.stop_reporting()
-            # ~1.1 s of audio: 1.5 s after it would have played out, it counts as played.
-            warning = await client.wait_for(
-                lambda s: s.kind == "error" and s.data["code"] == "playback_reports", within=6
-            )
-            assert warning.data["source"] == "playback"
-            listening = await client.wait_state("listening", after=speaking.t, within=1)
-            assert listening.t - speaking.t < 4.5
-            assert client.states()[-1] == "listening"
-        finally:
-            await client.close()
-        await no_sessions_left(srv, http)
+    client = await connect(srv, http, query=agent_query(greeting=greeting))
+    try:
+        speaking = await client.wait_state("speaking")
+        client.stop_reporting()
+        # ~1.1 s of audio: 1.5 s after it would have played out, it counts as played.
+        warning = await client.wait_for(
+            lambda s: s.kind == "error" and s.data["code"] == "playback_reports", within=6
+        )
+        assert warning.data["source"] == "playback"
+        listening = await client.wait_state("listening", after=speaking.t, within=1)
+        assert listening.t - speaking.t < 4.5
+        assert client.states()[-1] == "listening"
+    finally:
+        await client.close()
+    await no_sessions_left(srv, http)
 
 
 # ------------------------------------------------------------- the user's turn
 
 
-async def test_a_user_whose_words_are_still_being_recognized_is_not_away(tmp_path: Path) -> None:
-    agent = agent_file(tmp_path, greeting="", recognizer_seconds=2.5, away=1.0)
-    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
-        client = await connect(srv, http)
-        try:
-            await client.wait_state("listening")
-            await client.speak(0.5)
-            spoke_until = time.monotonic()
-            room = asyncio.create_task(client.silence(6.0))  # the microphone goes on
-            words = await client.wait_for(
-                lambda s: s.kind == "transcript" and s.data["role"] == "user" and s.data["final"],
-                within=6,
-            )
-            away = client.first("user_state", state="away")
-            assert away is None or away.t > words.t, "away while the words were recognized"
-            assert words.t - spoke_until > 2.0  # the recognizer really was slow
-            await client.wait_state("thinking", after=words.t - 0.05, within=3)
-            room.cancel()
-        finally:
-            await client.close()
-        await no_sessions_left(srv, http)
+async def test_a_user_whose_words_are_still_being_recognized_is_not_away(
+    srv: Server, http: aiohttp.ClientSession
+) -> None:
+    query = agent_query(greeting="", recognizer_seconds=2.5, away=1.0)
+    client = await connect(srv, http, query=query)
+    try:
+        await client.wait_state("listening")
+        await client.speak(0.5)
+        spoke_until = time.monotonic()
+        room = asyncio.create_task(client.silence(6.0))  # the microphone goes on
+        words = await client.wait_for(
+            lambda s: s.kind == "transcript" and s.data["role"] == "user" and s.data["final"],
+            within=6,
+        )
+        away = client.first("user_state", state="away")
+        assert away is None or away.t > words.t, "away while the words were recognized"
+        assert words.t - spoke_until > 2.0  # the recognizer really was slow
+        await client.wait_state("thinking", after=words.t - 0.05, within=3)
+        room.cancel()
+    finally:
+        await client.close()
+    await no_sessions_left(srv, http)
 
 
 # ------------------------------------------------------------------- the start
@@ -173,43 +215,41 @@ async def test_a_user_whose_words_are_still_being_recognized_is_not_away(tmp_pat
 
 @pytest.mark.parametrize("greets", [True, False])
 async def test_the_first_state_after_initializing_is_the_truth(
-    tmp_path: Path, greets: bool
+    srv: Server, http: aiohttp.ClientSession, greets: bool
 ) -> None:
-    agent = agent_file(tmp_path, greeting="Hello!" if greets else "")
-    async with server(dev(agent)) as srv, aiohttp.ClientSession() as http:
-        client = await connect(srv, http)
-        try:
-            if greets:
-                await client.wait_state("listening", within=5)
-                assert client.states()[:4] == ["initializing", "thinking", "speaking", "listening"]
-            else:
-                await client.wait_state("listening", within=5)
-                await asyncio.sleep(0.3)
-                assert client.states() == ["initializing", "listening"]
-        finally:
-            await client.close()
-        await no_sessions_left(srv, http)
+    client = await connect(srv, http, query=agent_query(greeting="Hello!" if greets else ""))
+    try:
+        if greets:
+            await client.wait_state("listening", within=5)
+            assert client.states()[:4] == ["initializing", "thinking", "speaking", "listening"]
+        else:
+            await client.wait_state("listening", within=5)
+            await asyncio.sleep(0.3)
+            assert client.states() == ["initializing", "listening"]
+    finally:
+        await client.close()
+    await no_sessions_left(srv, http)
 
 
 # ------------------------------------------------------------------- leaving
 
 
-async def test_a_client_that_leaves_at_once_leaves_no_error_behind(tmp_path: Path) -> None:
-    agent = agent_file(tmp_path, greeting="Hello, and welcome!")
-    async with (
-        server(dev(agent), with_stderr=True) as srv,
-        aiohttp.ClientSession() as http,
-    ):
-        for _ in range(5):
-            ws = await http.ws_connect(f"{srv.base}/ws")
-            await ws.send_str('{"type": "start", "sample_rate": 16000}')
-            await ws.close()
-            # one after another (five at once would be a burst the server may refuse)
-            await no_sessions_left(srv, http)
-        await asyncio.sleep(0.3)
-        logged = "\n".join(srv.lines)
-        assert "Traceback" not in logged
-        assert "ERROR" not in logged
+async def test_a_client_that_leaves_at_once_leaves_no_error_behind(
+    srv: Server, http: aiohttp.ClientSession
+) -> None:
+    # what the server logs from here on (the module's earlier tests left no session)
+    since = len(srv.lines)
+    query = agent_query(greeting="Hello, and welcome!")
+    for _ in range(5):
+        ws = await http.ws_connect(f"{srv.base}/ws?{query}")
+        await ws.send_str('{"type": "start", "sample_rate": 16000}')
+        await ws.close()
+        # one after another (five at once would be a burst the server may refuse)
+        await no_sessions_left(srv, http)
+    await asyncio.sleep(0.3)
+    logged = "\n".join(srv.lines[since:])
+    assert "Traceback" not in logged
+    assert "ERROR" not in logged
 
 
 @pytest.mark.parametrize(
@@ -221,30 +261,25 @@ async def test_a_client_that_leaves_at_once_leaves_no_error_behind(tmp_path: Pat
     ],
 )
 async def test_the_server_closes_with_the_documented_code_every_time(
-    tmp_path: Path, send: str | bytes, code: int
+    srv: Server, http: aiohttp.ClientSession, send: str | bytes, code: int
 ) -> None:
-    async with server(dev(agent_file(tmp_path))) as srv, aiohttp.ClientSession() as http:
-        seen: list[int | None] = []
-        for _ in range(10):
-            ws = await http.ws_connect(f"{srv.base}/ws")
-            if isinstance(send, bytes):
-                await ws.send_bytes(send)
-            else:
-                await ws.send_str(send)
-            async with asyncio.timeout(5):
-                async for _msg in ws:
-                    pass
-            seen.append(ws.close_code)
-        assert seen == [code] * 10
-        await no_sessions_left(srv, http)
+    seen: list[int | None] = []
+    for _ in range(10):
+        ws = await http.ws_connect(f"{srv.base}/ws?{agent_query()}")
+        if isinstance(send, bytes):
+            await ws.send_bytes(send)
+        else:
+            await ws.send_str(send)
+        async with asyncio.timeout(5):
+            async for _msg in ws:
+                pass
+        seen.append(ws.close_code)
+    assert seen == [code] * 10
+    await no_sessions_left(srv, http)
 
 
-async def test_the_page_has_a_favicon(tmp_path: Path) -> None:
-    async with (
-        server(dev(agent_file(tmp_path))) as srv,
-        aiohttp.ClientSession() as http,
-        http.get(f"{srv.base}/favicon.ico") as response,
-    ):
+async def test_the_page_has_a_favicon(srv: Server, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{srv.base}/favicon.ico") as response:
         assert response.status == 200
         assert response.content_type.startswith("image/")
         assert len(await response.read()) > 0
@@ -258,12 +293,12 @@ async def test_calls_over_capacity_are_rejected_busy_and_the_rest_are_served(
 ) -> None:
     """N + 2 fake phone calls on a process sized for N: N are answered and greeted, the
     other two get <Reject reason="busy"/> (and a media stream opened anyway gets 503),
-    and once the callers hang up the line takes calls again."""
+    and once the callers hang up the line takes calls again. (A server of its own: its
+    --max-sessions is what is tested; a call's agent greets with the long greeting.)"""
     from rejoinder.testing import FakePhoneCall
 
     monkeypatch.delenv("TWILIO_AUTH_TOKEN", raising=False)
-    agent = agent_file(tmp_path, greeting="Hello caller.")
-    argv = [*dev(agent), "--telephony", "twilio", "--max-sessions", "2"]
+    argv = [*dev(agent_file(tmp_path)), "--telephony", "twilio", "--max-sessions", "2"]
     async with server(argv) as srv, aiohttp.ClientSession() as http:
 
         async def webhook(sid: str) -> str:
