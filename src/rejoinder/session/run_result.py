@@ -21,7 +21,14 @@ from ..models import AgentHandoff, ChatItem, ChatMessage, FunctionCall, Function
 @dataclass
 class RunResult:
     """What one ``session.run(user_input=...)`` turn produced: its items in order, by
-    kind, the final text, and ``expect`` for ordered assertions (see the module)."""
+    kind, the final text, and ``expect`` for ordered assertions::
+
+        result = await session.run(user_input="weather in Paris?")
+        result.expect.next_event().is_function_call(name="lookup", arguments={"city": "Paris"})
+        result.expect.next_event().is_function_call_output(output="sunny")
+        result.expect.next_event().is_message(role="assistant")
+        result.expect.no_more_events()
+    """
 
     user_input: str
     items: list[ChatItem] = field(default_factory=list)

@@ -116,8 +116,14 @@ class _Heard:
 
 
 class AssemblyAIServer(ListenServer[Fault, AssemblyAIConnection]):
-    """AssemblyAI's Universal-Streaming WebSocket on 127.0.0.1, for ``assemblyai.STT``
-    (the module says how it hears and what it answers).
+    """AssemblyAI's Universal-Streaming WebSocket on 127.0.0.1, for ``assemblyai.STT``::
+
+        async with AssemblyAIServer(api_key="k", transcripts=["Hello there."]) as server:
+            stt = assemblyai.STT(base_url=server.base_url, api_key="k")
+
+    A chunk of audio louder than ``speech_threshold`` is speech; each utterance takes the
+    next transcript, revealed a word per ``word_ms`` as partial turns, and ends at a
+    ``ForceEndpoint`` or by the turn model's silences, as the service's does.
 
     Args:
         api_key: the key a client must send (``None``: any).

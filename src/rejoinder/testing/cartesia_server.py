@@ -136,8 +136,14 @@ class Connection:
 
 
 class CartesiaServer(ScriptedFaultServer[Fault]):
-    """Cartesia's TTS WebSocket on 127.0.0.1, for ``cartesia.TTS`` (the module says how
-    it buffers, voices and times the words).
+    """Cartesia's TTS WebSocket on 127.0.0.1, for ``cartesia.TTS``::
+
+        async with CartesiaServer(api_key="k") as server:
+            tts = cartesia.TTS(voice_id="v", api_key="k", base_url=server.base_url)
+
+    Each context's text is voiced as a tone of ``seconds_per_char`` per character, at a
+    sentence end, a flush or the end of input, with ``timestamps`` for the words it
+    completed; ``server.connections`` records what each connection was sent.
 
     Args:
         api_key: the key a client must send (``None``: any).

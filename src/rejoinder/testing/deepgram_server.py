@@ -88,8 +88,14 @@ class _Heard:
 
 
 class DeepgramServer(ListenServer[Fault, DeepgramConnection]):
-    """Deepgram's live transcription WebSocket on 127.0.0.1, for ``deepgram.STT`` (the
-    module says how it hears and what it answers).
+    """Deepgram's live transcription WebSocket on 127.0.0.1, for ``deepgram.STT``::
+
+        async with DeepgramServer(api_key="k", transcripts=["Hello there."]) as server:
+            stt = deepgram.STT(base_url=server.base_url, api_key="k")
+
+    A chunk of audio louder than ``speech_threshold`` is speech; each utterance takes the
+    next transcript, revealed a word per ``word_ms`` as interim results, and ends with a
+    final result at ``Finalize`` or after the endpointing silence.
 
     Args:
         api_key: the key a client must send (``None``: any).

@@ -103,8 +103,14 @@ class _Closed(Exception):
 
 
 class ElevenLabsServer(ScriptedFaultServer[Fault]):
-    """ElevenLabs' stream-input WebSocket on 127.0.0.1, for ``elevenlabs.TTS`` (the
-    module says how it buffers, voices and aligns the text).
+    """ElevenLabs' stream-input WebSocket on 127.0.0.1, for ``elevenlabs.TTS``::
+
+        async with ElevenLabsServer(api_key="k") as server:
+            tts = elevenlabs.TTS(voice_id="v", api_key="k", base_url=server.base_url)
+
+    Text is buffered by the ``chunk_length_schedule`` as the service does, and voiced as
+    a tone of ``seconds_per_char`` per character, in messages carrying their character
+    alignment; ``server.connections`` records what each connection was sent.
 
     Args:
         api_key: the key a client must send (``None``: any).

@@ -70,9 +70,18 @@ class MenuNode:
 
 @dataclass
 class FakePhoneCall:
-    """A caller on Twilio's media-stream protocol, over a real WebSocket, in real time
-    (the module says what it sends and how it plays). Open one with ``connect``; the
-    fields below record what happened on the call."""
+    """A caller on Twilio's media-stream protocol, over a real WebSocket, in real time::
+
+        async with FakePhoneCall.connect("ws://127.0.0.1:8000/twilio") as call:
+            await call.say(pcm, 16000)            # the caller speaks (resampled to 8 kHz)
+            await call.until(lambda: call.heard_seconds() > 1.0, timeout=10)
+            await call.press("1#")
+            await call.hang_up()
+
+    It sends the caller's audio continuously (silence between phrases), plays the
+    agent's audio through a small jitter buffer on a 20 ms clock, echoes each mark once
+    its playout passes it, and on ``clear`` empties the buffer. The fields below record
+    what happened on the call."""
 
     ws: aiohttp.ClientWebSocketResponse
     call_sid: str = "CA00000000000000000000000000000001"

@@ -38,7 +38,12 @@ class TurnCall:
 
 
 class ScriptedTurnDetector(TurnDetector):
-    """A turn detector whose verdicts a test writes down (the module shows it in use).
+    """A turn detector whose verdicts a test writes down::
+
+        detector = ScriptedTurnDetector([0.1, 0.9], delay=0.03)
+        session = AgentSession(vad=..., stt=..., turn_detection=detector)
+        ...
+        assert detector.calls[0].audio_seconds == pytest.approx(1.2)
 
     Args:
         script: the probability of each judgement in turn (the last repeats), or an
