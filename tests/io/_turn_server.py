@@ -12,7 +12,9 @@ that, and coturn accepts it only with the telnet CLI off or password-protected, 
 ``--no-cli``. The relay addresses are 127.0.0.1 too (``--relay-ip``), so a client's relay
 candidate and our server's host candidate (``WebRTCOptions.host_addresses``) meet on
 loopback and nothing leaves the machine. TLS, DTLS and RFC 5780's second address are off:
-nothing here needs them, and each would open one more port.
+nothing here needs them, and each would open one more port. One thread (``--relay-threads
+0``): coturn's default of one UDP listener per core lets a client's second request land
+on a thread that does not know its nonce, while the listeners are still opening.
 
 Needs ``turnserver`` (``apt-get install coturn``; ``make turn-tools``): ``needs_coturn``
 skips, saying why, without it.
@@ -56,17 +58,21 @@ class Coturn:
     async def wait_for(self, pattern: str, within: float) -> re.Match[str]:
         """The first log line (from the start) that matches ``pattern``."""
         wanted = re.compile(pattern)
-        async with asyncio.timeout(within):
-            seen = 0
-            while True:
-                for line in self.lines[seen:]:
-                    if found := wanted.search(line):
-                        return found
-                seen = len(self.lines)
-                if self.process.returncode is not None:
-                    raise AssertionError(f"turnserver exited: {self.lines[-20:]}")
-                self._changed.clear()
-                await self._changed.wait()
+        try:
+            async with asyncio.timeout(within):
+                seen = 0
+                while True:
+                    for line in self.lines[seen:]:
+                        if found := wanted.search(line):
+                            return found
+                    seen = len(self.lines)
+                    if self.process.returncode is not None:
+                        raise AssertionError(f"turnserver exited: {self.lines[-20:]}")
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            tail = "\n".join(self.lines[-30:])
+            raise AssertionError(f"coturn did not log {pattern!r} in {within} s:\n{tail}") from None
 
     async def until_relayed(self, packets: int, within: float) -> dict[str, tuple[int, int]]:
         """``relayed()`` once one username's closed allocations relayed more than
@@ -146,6 +152,9 @@ async def coturn(
         "--no-tls",
         "--no-dtls",
         "--no-rfc5780",
+        # One thread: with one per core, a client's next request can reach another
+        # thread's socket, which does not know the nonce the first one gave it (438).
+        "--relay-threads=0",
         "--log-file=stdout",
         "--verbose",
         f"--pidfile={folder / 'turnserver.pid'}",
@@ -158,6 +167,7 @@ async def coturn(
     reader = asyncio.create_task(server._read())
     try:
         await server.wait_for(rf"UDP listener opened on: 127\.0\.0\.1:{port}\b", START_WITHIN)
+        await server.wait_for(r"Total General servers: 1\b", START_WITHIN)  # all listening
         yield server
     finally:
         if process.returncode is None:

@@ -292,6 +292,7 @@ async function connect() {
 // context the click started (a new one would not be allowed to play).
 async function fallBack(mine, error) {
   mine.failedOver = null;
+  if (mine.ended || live !== mine) return; // hung up meanwhile
   const reason = String(error?.message || error);
   R.fallback = { from: "webrtc", to: "websocket", code: error?.code ?? null, reason };
   bubble("sys notice", "WebRTC could not connect (" + reason + "): talking over WebSocket instead");
