@@ -76,9 +76,10 @@ def filter_audio(
     (call it before ``session.start()`` or ``conn.serve()``; once per session). Returns
     the chain: its ``cpu_seconds``, ``audio_seconds`` and ``failures``.
 
-    ``reference_lead``: seconds of each agent segment skipped when the output reports it
-    audible (``EchoReference``). ``in_thread``: run the chain in a worker thread (default:
-    when one of the filters ``runs_in_thread``; ``False`` keeps it on the loop, as a
+    ``reference_lead``: where the far end's playhead goes back to (seconds into a
+    segment) when the output reports the segment audible long after it took it (it
+    buffered ahead; ``EchoReference``). ``in_thread``: run the chain in a worker thread
+    (default: when one of the filters ``runs_in_thread``; ``False`` keeps it on the loop, as a
     virtual-time test or benchmark needs)."""
     if session.started:
         raise RuntimeError("filter_audio() must come before the session starts")
