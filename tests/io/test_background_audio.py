@@ -132,7 +132,7 @@ def test_what_cannot_play_is_refused_when_it_is_made(tmp_path: Path) -> None:
         w.setsampwidth(2)
         w.setframerate(8000)
         w.writeframes(np.tile(np.array([1000, 3000], "<i2"), 800).tobytes())
-    assert BackgroundAudio(stereo, thinking="keyboard").thinking is False  # mixed down, loads
+    assert BackgroundAudio(stereo, thinking="keyboard").thinking_on is False  # mixed down, loads
 
 
 # ------------------------------------------------- through an output, stood in
@@ -238,7 +238,7 @@ async def test_the_thinking_sound_starts_only_once_thinking_lasted_the_delay() -
     player.cancel()
     first = min(t for t, pcm, _ in listener.sent if thinking_in(pcm))
     assert began + 0.5 <= first < began + 0.5 + TICK
-    assert background.thinking
+    assert background.thinking_on
     # heard once the lead of ambient sent before it has played
     heard = min(t for t, pcm in listener.heard if thinking_in(pcm))
     assert heard <= began + 0.5 + LEAD + 2 * TICK
@@ -274,7 +274,7 @@ async def test_the_thinking_sound_stops_within_a_frame(stop: str) -> None:
     assert not any(thinking_in(pcm) for pcm in after)
     assert all(level(pcm, AMBIENT_HZ) > 500 for pcm in after[5:])  # the ambient goes on
     assert listener.clears == 1  # what was queued of it was taken back
-    assert not background.thinking
+    assert not background.thinking_on
 
 
 async def test_the_voice_never_carries_the_thinking_sound() -> None:

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 import rejoinder as rj
 from rejoinder.io import Connection, create_app
 from rejoinder.io.background_audio import BackgroundAudio
-from rejoinder.io.protocol import Clear, TranscriptMessage
+from rejoinder.io.protocol import AgentStateMessage, Clear, TranscriptMessage
 from rejoinder.io.telephony import TelephonyOptions
 from rejoinder.models.audio import AudioFrame, PlaybackFinished
 from rejoinder.testing import Delay, FakePhoneCall, ScriptedTTS, speech_frame
@@ -287,3 +287,68 @@ async def test_sip_rtp_carries_the_ambient_and_reports_only_the_voice() -> None:
     full = [p for _, p in packets if p.size == 160]
     assert all(abs(level(p, AMBIENT_HZ, 8000) - AMBIENT_AMPLITUDE) < 40 for p in full[1:-1])
     assert sum(1 for p in full if abs(float(np.mean(p)) - 300) < 30) == 25
+
+
+LONG = "This answer goes on and on for quite a while, so that it can be cut short."
+
+
+async def test_websocket_drop_and_resume_the_rest_is_said_and_the_ambient_comes_back() -> None:
+    """Virtual time, the real peer and socket loop over an in-memory socket: the client
+    drops mid-reply and a new one resumes; the words heard and the words said after are
+    the whole reply, the agent is never speaking while nobody listens, and the ambient
+    plays to the new client once the held reply has gone to it."""
+    from rejoinder.io.resume import ResumeRegistry
+
+    from ._memory_client import MemoryClient
+
+    registry = ResumeRegistry(5.0)
+    sessions: list[rj.AgentSession[Any]] = []
+    conns: list[Connection] = []
+    detached_speaking: list[float] = []
+    make = scripted_session(
+        [[LONG]], ["Tell me."], lambda: ScriptedTTS(seconds_per_char=SECONDS_PER_CHAR)
+    )
+
+    async def entrypoint(conn: Connection) -> None:
+        session = make()
+        BackgroundAudio(AMBIENT, THINKING, thinking_delay=0.2).attach(session)
+        sessions.append(session)
+        conns.append(conn)
+
+        def speaking(ev: Any) -> None:
+            if ev.new_state == "speaking" and conn.detached:
+                detached_speaking.append(ev.created_at)
+
+        session.on("agent_state_changed", speaking)
+        await conn.serve(session, rj.Agent(instructions="test"))
+
+    first = MemoryClient(entrypoint, resume=registry)
+    ready = await first.start()
+    await first.speak(0.4)
+    await first.wait_for(lambda m: isinstance(m, AgentStateMessage) and m.state == "speaking", 5)
+    await asyncio.sleep(0.5)
+    await first.drop()
+    await asyncio.sleep(0.5)
+    session, conn = sessions[0], conns[0]
+    assert conn.detached and session.agent_state == "thinking"
+    heard = [m for m in session.history.messages() if m.role == "assistant"]
+    assert len(heard) == 1 and heard[0].interrupted
+
+    second = MemoryClient(entrypoint, resume=registry)
+    again = await second.start(resume=getattr(ready, "resume_token", None))
+    assert getattr(again, "resumed", False)
+    await second.wait_for(
+        lambda m: isinstance(m, TranscriptMessage) and m.final and not m.interrupted, 10
+    )
+    await second.wait_for(lambda m: isinstance(m, AgentStateMessage) and m.state == "listening", 5)
+    before = second.received
+    await asyncio.sleep(1.0)
+    ambient = second.received - before
+    await second.goodbye()
+    await second.ended(5)
+
+    rest = [m for m in session.history.messages() if m.role == "assistant"][-1]
+    assert heard[0].content.split() + rest.content.split() == LONG.split()
+    assert not detached_speaking
+    # a second of ambient at 24 kHz reached the new client once the reply was done
+    assert abs(ambient - 24000) <= 0.12 * 24000

@@ -104,7 +104,7 @@ class BackgroundAudio:
         self._since: float | None = None
         """When the agent began thinking with the user quiet (None: it is not)."""
         self._timer: asyncio.TimerHandle | None = None
-        self.thinking = False
+        self.thinking_on = False
         """The thinking sound is on: the agent has been ``thinking`` longer than
         ``thinking_delay`` and the user is not speaking."""
 
@@ -173,7 +173,7 @@ class BackgroundAudio:
 
     def _stop(self) -> None:
         self._cancel_timer()
-        self.thinking = False
+        self.thinking_on = False
         mixer, self._mixer = self._mixer, None
         if mixer is None:
             return
@@ -196,12 +196,12 @@ class BackgroundAudio:
         if self._agent_state != "thinking" or self._user_speaking:
             self._since = None
             self._cancel_timer()
-            if self.thinking:
+            if self.thinking_on:
                 self._set_thinking(False)
             return
         if self._since is None:
             self._since = now
-        if self.thinking or self._timer is not None or self._mixer is None:
+        if self.thinking_on or self._timer is not None or self._mixer is None:
             return
         due = self._since + self.thinking_delay
         if due <= now:
@@ -214,7 +214,7 @@ class BackgroundAudio:
         self._update(_now())
 
     def _set_thinking(self, on: bool) -> None:
-        self.thinking = on
+        self.thinking_on = on
         mixer = self._mixer
         if mixer is None:
             return
@@ -277,7 +277,7 @@ class _Mixer:
         if ambient is not None:
             part, self.ambient_at = ambient.read(rate, self.ambient_at, n)
             mixed += part
-        with_thinking = thinking is not None and self.owner.thinking and not self.output.pending
+        with_thinking = thinking is not None and self.owner.thinking_on and not self.output.pending
         if with_thinking:
             assert thinking is not None
             part, self.thinking_at = thinking.read(rate, self.thinking_at, n)
@@ -289,6 +289,12 @@ class _Mixer:
 
     async def run(self) -> None:
         """Keep the gaps filled ``lead`` seconds ahead, until the output closes."""
+        try:
+            await self._fill()
+        except Exception:  # background audio failing must not go unseen, nor take more down
+            logger.exception("background audio stopped")
+
+    async def _fill(self) -> None:
         output = self.output
         loop = asyncio.get_running_loop()
         while not output.closed:

@@ -375,6 +375,8 @@ class ReportedPlayback(BackgroundGaps, AudioOutput):
         # The next client's count starts at its own zero, and so does this epoch.
         self._sent = 0
         self._background_end = 0
+        if self.background is not None:
+            self.background.cleared()  # the client took what it held away with it
         self._base = 0
         self._played = 0
         self._pending_clears = 0

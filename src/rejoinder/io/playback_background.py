@@ -46,7 +46,8 @@ class BackgroundMixer(Protocol):
         ...
 
     def cleared(self) -> None:
-        """A clear dropped what was sent and not played yet."""
+        """What was sent and not played yet is gone: a clear dropped it, or the client
+        that held it dropped."""
         ...
 
 
@@ -121,7 +122,9 @@ class BackgroundGaps:
         """With no voice outstanding, take back the background audio sent and not heard
         yet (a clear): a reply then starts at once, a thinking sound stops now. Whether a
         clear was sent."""
-        if self._segments or not self.takes_background or not self._background_unheard():
+        if not self._background_end or self._segments or not self.takes_background:
+            return False
+        if not self._background_unheard():
             return False
         self.clear_buffer()
         return True
