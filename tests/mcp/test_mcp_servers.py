@@ -2,7 +2,11 @@
 over stdio and streamable HTTP on 127.0.0.1, in real time: tools listed and offered with
 their schemas, filtered, called through the session's tool runner; a list change reaches
 the next reply; a server that fails, hangs or dies gives the model a tool error and
-never a stuck turn."""
+never a stuck turn.
+
+Starting the server costs about a second of imports: the tests that only list and call
+share one (``shared_weather``, for the module); those that change its tools or kill it
+start their own (``weather``)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 pytest.importorskip("mcp", reason="MCP servers need the mcp extra")
 
@@ -25,7 +30,13 @@ from rejoinder.testing import ScriptedLLM, ToolCall
 
 from .._samples import run_example
 
-pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
+pytestmark = [
+    pytest.mark.looptime(False),
+    pytest.mark.timeout(60),
+    # the shared server's connection belongs to the module's loop
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.xdist_group("mcp_servers"),  # one shared server per module, not per worker
+]
 
 SERVER = Path(__file__).resolve().parent / "weather_server.py"
 
@@ -34,8 +45,17 @@ def stdio(**options: Any) -> rj.MCPServer:
     return rj.MCPServer.stdio(sys.executable, [str(SERVER)], **options)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def weather() -> AsyncIterator[rj.MCPServer]:
+    """A server of the test's own: for tests that add a tool or kill it."""
+    async with stdio(timeout=1.5) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_weather() -> AsyncIterator[rj.MCPServer]:
+    """The module's server, for tests that only list its tools and call them (a call left
+    hanging on the server does not keep it from answering the next)."""
     async with stdio(timeout=1.5) as server:
         yield server
 
@@ -69,13 +89,13 @@ def http_url() -> Iterator[str]:
         process.wait(10)
 
 
-async def test_tools_are_listed_with_their_schemas(weather: rj.MCPServer) -> None:
-    tools = {t.name: t for t in weather.tools}
+async def test_tools_are_listed_with_their_schemas(shared_weather: rj.MCPServer) -> None:
+    tools = {t.name: t for t in shared_weather.tools}
     assert set(tools) == {"get_weather", "fails", "hang", "die", "unlock"}
     schema = tools["get_weather"].definition.parameters
     assert schema["properties"]["city"]["type"] == "string" and schema["required"] == ["city"]
     assert tools["get_weather"].definition.description == "The current weather in a city."
-    assert weather.connected
+    assert shared_weather.connected
 
 
 async def test_allowed_tools_filters_what_is_offered() -> None:
@@ -83,23 +103,25 @@ async def test_allowed_tools_filters_what_is_offered() -> None:
         assert [t.name for t in server.tools] == ["get_weather"]
 
 
-async def test_calls_answer_and_errors_are_tool_errors(weather: rj.MCPServer) -> None:
-    assert await weather.call("get_weather", {"city": "Oslo"}) == (
+async def test_calls_answer_and_errors_are_tool_errors(shared_weather: rj.MCPServer) -> None:
+    assert await shared_weather.call("get_weather", {"city": "Oslo"}) == (
         "12 degrees and light rain in Oslo"
     )
     with pytest.raises(rj.ToolError, match="fails"):
-        await weather.call("fails", {"reason": "no"})
+        await shared_weather.call("fails", {"reason": "no"})
     with pytest.raises(rj.ToolError, match="city"):  # the server checks the arguments
-        await weather.call("get_weather", {"town": "Oslo"})
+        await shared_weather.call("get_weather", {"town": "Oslo"})
 
 
-async def test_a_hanging_server_is_a_tool_error_after_the_timeout(weather: rj.MCPServer) -> None:
+async def test_a_hanging_server_is_a_tool_error_after_the_timeout(
+    shared_weather: rj.MCPServer,
+) -> None:
     started = time.monotonic()
     with pytest.raises(rj.ToolError, match=r"did not answer hang within 1\.5 s"):
-        await weather.call("hang", {})
+        await shared_weather.call("hang", {})
     assert 1.4 < time.monotonic() - started < 4.5
     # the connection still serves other calls
-    assert "Bergen" in await weather.call("get_weather", {"city": "Bergen"})
+    assert "Bergen" in await shared_weather.call("get_weather", {"city": "Bergen"})
 
 
 async def test_a_server_that_dies_fails_each_call_at_once(weather: rj.MCPServer) -> None:
@@ -117,10 +139,10 @@ async def test_a_server_that_cannot_start_is_a_clear_error() -> None:
         await server.connect()
     assert server.tools == [] and not server.connected
     silent = rj.MCPServer.stdio(
-        sys.executable, ["-c", "import time; time.sleep(30)"], name="mute", connect_timeout=1.0
+        sys.executable, ["-c", "import time; time.sleep(30)"], name="mute", connect_timeout=0.5
     )
     started = time.monotonic()
-    with pytest.raises(rj.MCPServerError, match="mute did not answer within 1 s"):
+    with pytest.raises(rj.MCPServerError, match=r"mute did not answer within 0\.5 s"):
         await silent.connect()
     assert time.monotonic() - started < 7
 
@@ -202,6 +224,6 @@ async def test_a_session_whose_server_hangs_or_dies_goes_on(weather: rj.MCPServe
     await session.aclose()
 
 
-def test_the_sample_runs_with_its_own_server() -> None:
-    out = run_example("mcp/agent.py", "Weather in Bergen?")
+async def test_the_sample_runs_with_its_own_server() -> None:
+    out = await asyncio.to_thread(run_example, "mcp/agent.py", "Weather in Bergen?")
     assert out.splitlines() == ["tools: ['get_weather']", "12 degrees and light rain in Bergen."]
