@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test release-check lint typecheck pytest chromium sip-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo test release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 # The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
 # lint tools), so a fresh clone reaches its first page quickly.
@@ -113,7 +113,7 @@ typecheck: $(STAMP)
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
 ALONE_TESTS = $(shell grep -rl "pytest.mark.alone" tests --include=*.py)
-pytest: $(STAMP) chromium sip-tools js react
+pytest: $(STAMP) chromium sip-tools turn-tools js react
 	$(BIN)/pytest -n 2 -m "not alone" --durations=15
 	$(BIN)/pytest -p no:xdist -m alone --durations=15 $(ALONE_TESTS)
 
@@ -122,6 +122,11 @@ pytest: $(STAMP) chromium sip-tools js react
 chromium:
 	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; } \
 		|| echo "chromium could not be installed: the browser tests will be skipped"
+
+# The TURN tests (tests/io/test_turn_*.py) relay WebRTC through a real coturn on loopback.
+turn-tools:
+	@command -v turnserver >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q coturn; } \
+		|| echo "coturn could not be installed: the TURN tests will be skipped"
 
 # The SIP tests talk to real SIP software on loopback: SIPp (Debian's sip-tester) for call
 # flows and load, baresip for a call with audio both ways.

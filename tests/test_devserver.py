@@ -726,3 +726,48 @@ def test_json_log_lines_of_the_runtime_carry_null_ids_outside_a_session() -> Non
     assert line["message"] == "x y" and line["level"] == "warning"
     assert line["session_id"] is None and line["agent_id"] is None
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(40)
+@pytest.mark.skipif(not webrtc_available(), reason="the webrtc extra is not installed")
+async def test_ice_flags_reach_the_page_with_fresh_turn_credentials(tmp_path: Path) -> None:
+    """``--ice-server`` and ``--turn-secret`` (from the environment, so it is not on the
+    command line): ``GET /api/ice`` hands each client TURN credentials minted for it, and
+    the banner names the servers but never the secret."""
+    agent = write(tmp_path, LOGGED_AGENT)
+    turn = "turn:127.0.0.1:3478?transport=udp"
+    argv = ["serve", str(agent), "--ice-server", "stun:127.0.0.1:3478", "--ice-server", turn]
+    os.environ["REJOINDER_TURN_SECRET"] = "n0t-on-the-command-line"
+    try:
+        async with server(argv) as srv, aiohttp.ClientSession() as http:
+            [ice_line] = [line for line in srv.lines if line.startswith("  ICE:")]
+            assert turn in ice_line and "minted per client" in ice_line
+            assert "n0t-on-the-command-line" not in "\n".join(srv.lines)
+            answers = []
+            for _ in range(2):
+                async with http.get(f"{srv.base}/api/ice") as response:
+                    assert response.status == 200
+                    assert response.headers["Cache-Control"] == "no-store"
+                    answers.append(await response.json())
+    finally:
+        del os.environ["REJOINDER_TURN_SECRET"]
+    for answer in answers:
+        stun, relay = answer["ice_servers"]
+        assert stun["urls"] == ["stun:127.0.0.1:3478"] and "credential" not in stun
+        assert relay["urls"] == [turn]
+        assert re.fullmatch(r"\d+:\S+", relay["username"]) and relay["credential"]
+    assert answers[0]["ice_servers"][1] != answers[1]["ice_servers"][1]  # per client
+
+
+def test_a_bad_ice_server_is_a_usage_error(tmp_path: Path) -> None:
+    agent = write(tmp_path, LOGGED_AGENT)
+    done = subprocess.run(
+        [*REJOINDER, "serve", str(agent), "--ice-server", "http://example.com"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "error" in done.stderr and "http://example.com" in done.stderr

@@ -80,6 +80,9 @@ class ServerOptions:
     command: str = "serve"
     inspect: bool = False
     """Serve ``GET /sessions`` (live sessions' obligations and timelines)."""
+    webrtc: Any = None
+    """``WebRTCOptions`` carrying the ICE servers for browsers
+    (``rejoinder.io.webrtc.ice_config.webrtc_options_from_args``); None: the default."""
     telephony: tuple[str, ...] = ()
     """Phone providers whose webhooks and media sockets to serve."""
     public_url: str | None = None
@@ -202,6 +205,7 @@ async def run_server(options: ServerOptions, out: TextIO | None = None) -> int:
             telephony_options=_phone(options),
             inspect=options.inspect,
             resume_grace=options.resume_grace,
+            webrtc=options.webrtc,
         )
     except ValueError as exc:  # a bad --public-url
         _error(command, str(exc))
@@ -350,6 +354,8 @@ def _banner(out: TextIO, options: ServerOptions, port: int, webrtc: str | None) 
         f"  WebRTC:    {webrtc or 'POST ' + _url(options.host, port, '/api/offer')}",
         f"  health:    {_url(options.host, port, '/healthz')}",
     ]
+    if options.webrtc is not None and options.webrtc.ice is not None:
+        lines.append(f"  ICE:       {options.webrtc.ice.summary()}")
     if options.inspect:
         lines.append(f"  sessions:  {_url(options.host, port, '/sessions')} (owed now, timelines)")
     for provider in options.telephony:

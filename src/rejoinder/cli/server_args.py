@@ -91,6 +91,9 @@ def add_server_commands(commands: Any) -> None:
             "webhooks' stream URL and Twilio's signature (default: from each request)",
         )
         _add_sip_options(sub)
+        from ..io.webrtc.ice_config import add_ice_arguments
+
+        add_ice_arguments(sub)
         sub.add_argument(
             "-v", "--verbose", action="store_true", help="log the runtime's messages to stderr"
         )

@@ -23,11 +23,15 @@ def run_server_command(args: argparse.Namespace) -> int:
         return _run_ray(args)
     try:
         sip = _sip_options(args)
-    except ValueError as exc:  # a bad --sip-allow network, half the credentials
+        from ..io.webrtc.ice_config import webrtc_options_from_args
+
+        webrtc = webrtc_options_from_args(args)
+    except ValueError as exc:  # a bad --sip-allow network, half the credentials, bad ICE
         sys.stderr.write(f"{PROG} {args.command}: error: {exc}\n")
         return 2
     options = ServerOptions(
         sip=sip,
+        webrtc=webrtc,
         path=args.file,
         host=args.host,
         port=args.port,
@@ -74,6 +78,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         return usage("with --ray, give the limit per replica: --sessions-per-replica N")
     if args.sip is not None:
         return usage("--sip serves from one process: run `rejoinder serve --sip` beside Ray")
+    if args.ice_servers or os.environ.get("REJOINDER_ICE_SERVERS"):
+        return usage("--ice-server is for WebRTC, which --ray does not serve")
     if args.port == 0 or not 0 <= args.min_replicas <= args.max_replicas:
         return usage("--ray needs a fixed --port and 0 <= --min-replicas <= --max-replicas")
     if not os.path.isfile(args.file):

@@ -4,8 +4,9 @@
 
 - ``GET /``: the browser page (``rejoinder.io.static``);
 - ``GET /ws``: the WebSocket transport (``rejoinder.io.websocket``, ``docs/protocol.md``);
-- ``POST /api/offer``: WebRTC signalling (``rejoinder.io.webrtc``), when the ``webrtc``
-  extra is installed;
+- ``POST /api/offer``: WebRTC signalling (``rejoinder.io.webrtc``), and ``GET /api/ice``:
+  the ICE servers (STUN/TURN, fresh credentials) a WebRTC client uses for its next offer,
+  when the ``webrtc`` extra is installed;
 - the phone providers' webhooks and media sockets named in ``telephony`` (e.g.
   ``POST /twilio/twiml`` and ``GET /twilio``; ``rejoinder.io.telephony``);
 - ``GET /healthz``: ``{"status": "ok", "sessions": N, "max_sessions": M, "detached": D}``
@@ -224,5 +225,7 @@ def _mount_webrtc(
         await server.aclose()
 
     app.router.add_post(rtc.OFFER_PATH, offer_route)
+    # No admission: it makes nothing, and a client asks before every offer.
+    app.router.add_get(rtc.ICE_PATH, server.handle_ice)
     app.on_shutdown.append(shutdown)
     return server
