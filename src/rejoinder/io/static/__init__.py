@@ -9,9 +9,9 @@ which browsers ask for on their own) and ``GET /rejoinder-client.js``: the TypeS
 file is generated and not in git: when it is missing, its route answers 404 saying so, the
 page shows the same words in its error banner, and ``page_routes()`` logs them once.
 
-The page talks to ``GET /ws``, ``GET /api/ice`` and ``POST /api/offer`` relative to its own URL, so an app
-that mounts these routes under a prefix serves a working page there too. Nothing is
-loaded from the network: no fonts, no CDN.
+The page talks to ``GET /ws``, ``GET /api/ice`` and ``POST /api/offer`` relative to its
+own URL, so an app that mounts these routes under a prefix serves a working page there
+too. Nothing is loaded from the network: no fonts, no CDN.
 """
 
 from __future__ import annotations
