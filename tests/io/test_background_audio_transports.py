@@ -352,3 +352,82 @@ async def test_websocket_drop_and_resume_the_rest_is_said_and_the_ambient_comes_
     assert not detached_speaking
     # a second of ambient at 24 kHz reached the new client once the reply was done
     assert abs(ambient - 24000) <= 0.12 * 24000
+
+
+CONSOLE_AGENT = """
+import rejoinder as rj
+from rejoinder.io.background_audio import BackgroundAudio
+from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+
+async def entrypoint(conn):
+    session = rj.AgentSession(
+        llm=ScriptedLLM([["Hello to you."]]),
+        vad=ScriptedVAD(),
+        stt=ScriptedSTT(["Hi."]),
+        tts=ScriptedTTS(seconds_per_char=0.01),
+        user_away_timeout=None,
+    )
+    BackgroundAudio(ambient="room_tone").attach(session)
+    await conn.serve(session, rj.Agent(instructions="test"))
+"""
+
+
+class SoundCard:
+    """``rejoinder console --audio``'s sound card, stood in: a microphone that hears a
+    tone from 0.3 s for 0.6 s, and a speaker that takes 20 ms every 20 ms."""
+
+    name = "test card"
+    mic_rate = 16000
+    speaker_rate = 24000
+
+    def __init__(self) -> None:
+        self.heard: list[np.ndarray[Any, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, on_mic: Callable[[bytes], None], fill: Callable[[Any], None]) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(on_mic, fill))
+
+    async def _run(self, on_mic: Callable[[bytes], None], fill: Callable[[Any], None]) -> None:
+        clock = 0.0
+        while True:
+            await asyncio.sleep(0.02)
+            talking = 0.3 <= clock < 0.9
+            on_mic(speech_frame(0.02, 16000).data.tobytes() if talking else bytes(640))
+            out = bytearray(480 * 2)
+            fill(memoryview(out))
+            self.heard.append(np.frombuffer(bytes(out), np.int16))
+            clock += 0.02
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+async def test_console_audio_the_sound_card_plays_the_room_tone_between_replies(
+    tmp_path: Any,
+) -> None:
+    import io
+
+    from rejoinder.cli import build_parser
+    from rejoinder.console_agent import run_agent_console
+
+    path = tmp_path / "agent.py"
+    path.write_text(CONSOLE_AGENT, encoding="utf-8")
+
+    async def nothing_typed() -> AsyncIterator[str]:
+        await asyncio.sleep(3.0)
+        return
+        yield
+
+    card = SoundCard()
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser().parse_args(["console", str(path), "--audio"])
+    code = await run_agent_console(args, out, stderr=err, lines=nothing_typed(), devices=card)
+    assert (code, err.getvalue()) == (0, "")
+    lines = [x for x in out.getvalue().splitlines() if x.startswith(("you> ", "agent> "))]
+    assert lines == ["you> Hi.", "agent> Hello to you."]
+    # From the first blocks on, every 20 ms the card took held sound: the room tone.
+    rms = [float(np.sqrt(np.mean(b.astype(np.float64) ** 2))) for b in card.heard]
+    assert len(rms) > 100
+    assert all(r > 100 for r in rms[3:-3])
