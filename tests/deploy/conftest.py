@@ -21,5 +21,5 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "container: builds the container image's layout (a pip install of the offline "
-        "stack into a new venv, an npm build) and runs it: about a minute and a half",
+        "stack into a new venv, an npm build) and runs it: about two minutes",
     )

@@ -5,9 +5,9 @@ layout from the Dockerfile and runs it as PID 1 of its own namespaces, as uid 10
 its docstring for what that checks and what it cannot). Where Docker or Podman works,
 the real image is built, run, health-checked, talked to and stopped instead.
 
-Slow: a pip install of the offline stack into a new venv and an npm build (about a
-minute and a half), so marked ``container`` (and ``alone``: its CPU would change what
-the models of the real-time tests beside it hear).
+Slow: a pip install of the offline stack into a new venv, an npm build, the models and
+a served session (about two minutes on 2 cores), so marked ``container`` (and
+``alone``: its CPU would change what the models of the real-time tests beside it hear).
 """
 
 from __future__ import annotations
