@@ -73,6 +73,7 @@ API_NAMES = [
     "FallbackRealtime",
     # audio and text i/o
     "AudioFrame",
+    "BackgroundAudio",
     "AudioInput",
     "AudioOutput",
     "TextOutput",

@@ -84,6 +84,7 @@ from .session import (
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from ._version import __version__
+    from .io.background_audio import BackgroundAudio
     from .mcp_servers import MCPServer, MCPServerError
     from .models import (
         FallbackLLM,
@@ -130,6 +131,8 @@ _LAZY = {
     "Voicemail": "rejoinder.session.hearing.answering",
     "detect_answered_by": "rejoinder.session.hearing.answering",
     "wait_answered_by": "rejoinder.session.hearing.answering",
+    # Ambient and thinking sounds under the agent's voice: numpy, on first use.
+    "BackgroundAudio": "rejoinder.io.background_audio",
     # MCP tool servers: only programs that connect one use them.
     "MCPServer": "rejoinder.mcp_servers",
     "MCPServerError": "rejoinder.mcp_servers",
@@ -153,6 +156,7 @@ __all__ = [
     "AudioInput",
     "AudioOutput",
     "AwayTimerEvent",
+    "BackgroundAudio",
     "BackgroundToolFinishedEvent",
     "ChatChunk",
     "ChatContext",
