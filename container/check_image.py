@@ -22,7 +22,9 @@ checks what the image promises:
   is closed (1000) when --drain-timeout ends, and the process exits 0;
 - the server wrote nothing but to /tmp (compose.yaml runs it read-only);
 - compose.yaml, container/turnserver.conf and container/env.example agree
-  (compose_check.py);
+  (compose_check.py), and compose's agent command, run from the image with compose's
+  environment, hands browsers the compose file's TURN URLs with credentials made from
+  TURN_SECRET as coturn checks them (compose_agent.py);
 - and it prints the layout's size (the image is that plus the base).
 
 What it cannot check without Docker, and so does not claim:
@@ -67,7 +69,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compose_check import check_compose
+from compose_agent import check_compose_agent
 from dockerfile_steps import IgnoreRules, context_files
 from image_layout import BuiltImage, Toolbox, build_layout
 from image_libraries import check_libraries, python_libraries
@@ -242,7 +244,7 @@ def _check(image: BuiltImage, sandbox: Sandbox, report: Report) -> None:
         worker.join()
     _check_writes(image, before, _snapshot(image.root), report)
     _check_native_libraries(image, [*models, *served], report)
-    _check_compose_files(image, env, report)
+    check_compose_agent(image, sandbox, env, uid, gid, report.add, report.notes)
     _sizes(image, report)
 
 
@@ -510,42 +512,6 @@ def _check_writes(
         f"{in_tmp} file(s) left in /tmp"
         + (f"; elsewhere: {outside_tmp[:8]}" if outside_tmp else ""),
     )
-
-
-def _check_compose_files(image: BuiltImage, env: dict[str, str], report: Report) -> None:
-    try:
-        import yaml  # noqa: F401
-    except ImportError:
-        report.add("compose.yaml agrees with the image and coturn's file", None, "no PyYAML here")
-        return
-    rejoinder = shutil.which("rejoinder", path=env["PATH"])
-    cwd = image.host_path(image.workdir)
-    help_text = run_once([str(rejoinder), "serve", "--help"], env=env, cwd=cwd, timeout=60).stdout
-
-    def ice_url_ok(url: str) -> str | None:
-        code = (
-            "import sys\ntry:\n from rejoinder.io.webrtc.ice_config import parse_ice_url\n"
-            "except ImportError:\n sys.exit(0)\ntry:\n parse_ice_url(sys.argv[1])\n"
-            "except ValueError as e:\n print(e); sys.exit(1)"
-        )
-        result = run_once([_python(image, env), "-c", code, url], env=env, cwd=cwd, timeout=60)
-        return None if result.returncode == 0 else result.stdout.strip() or result.stderr[-300:]
-
-    compose = check_compose(
-        REPO / "compose.yaml", REPO / "container/turnserver.conf",
-        REPO / "container/env.example", help_text, ice_url_ok,
-    )  # fmt: skip
-    report.notes += compose.facts
-    agent_file = compose.agent_command[0] if compose.agent_command else ""
-    exists = (image.host_path(image.workdir) / agent_file).is_file()
-    report.add(
-        "compose.yaml, turnserver.conf and env.example agree with the image",
-        not compose.problems and exists,
-        "; ".join(compose.problems + ([] if exists else [f"no {agent_file} in the image"])),
-    )
-    if compose.pending:
-        report.add("compose.yaml's ICE flags are options of `rejoinder serve`", None,
-                   "; ".join(compose.pending), pending=True)  # fmt: skip
 
 
 def _sizes(image: BuiltImage, report: Report) -> None:

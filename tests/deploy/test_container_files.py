@@ -5,6 +5,9 @@ file keep the TURN secret out of the repository and relay only to the agent's ne
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import http.server
 import json
 import shlex
@@ -219,3 +222,31 @@ def test_compose_check_finds_a_stop_grace_period_shorter_than_the_drain(tmp_path
     shorter = ("stop_grace_period: 45s", "stop_grace_period: 20s")
     report = compose_report(tmp_path, edit_compose=shorter)
     assert any("stop_grace_period" in problem for problem in report.problems)
+
+
+def test_the_turn_credentials_are_checked_as_coturn_checks_them() -> None:
+    from compose_agent import _credentials_problem
+    from compose_check import ComposeReport
+
+    urls = ["turn:t.example:3478?transport=udp", "turn:t.example:3478?transport=tcp"]
+    compose = ComposeReport(
+        agent_command=["a.py", "--ice-server", urls[0], "--ice-server", urls[1]],
+        agent_env={"REJOINDER_TURN_SECRET": "north"},
+    )
+    now = 1_700_000_000.0
+    username = f"{int(now) + 3600}:client_1"
+    # base64(HMAC-SHA1("north", username)), as coturn's README gives the formula
+    password = base64.b64encode(
+        hmac.new(b"north", username.encode(), hashlib.sha1).digest()
+    ).decode()
+
+    def body(user: str = username, credential: str = password, ttl: float = 3600) -> dict:
+        server = {"urls": urls, "username": user, "credential": credential}
+        return {"ice_servers": [server], "ice_transport_policy": "all", "ttl": ttl}
+
+    assert _credentials_problem(body(), compose, now) is None
+    assert "HMAC" in (_credentials_problem(body(credential="x" + password[1:]), compose, now) or "")
+    assert "expire" in (_credentials_problem(body(ttl=60), compose, now) or "")
+    assert "<expiry>:<id>" in (_credentials_problem(body(user="client_1"), compose, now) or "")
+    wrong = {**body(), "ice_servers": [{**body()["ice_servers"][0], "urls": urls[:1]}]}
+    assert "TURN URLs" in (_credentials_problem(wrong, compose, now) or "")
