@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,3 +46,106 @@ async def make_session() -> AsyncIterator[MakeSession]:
     yield factory
     for harness in harnesses:
         await harness.session.aclose()
+
+
+# -- sharing the tests out over pytest-xdist's workers (make test: pytest -n N) -------------
+#
+# `-n N` alone (xdist's "load") hands out tests one by one in file order. Here a run does
+# the same with two differences (``SuiteScheduling``):
+#
+# - some tests go out together, as one unit: every browser test (tests/**/*_browser.py,
+#   one Chromium at a time, playing its fake microphone and its agent's audio in real
+#   time: two at once on two cores starved each other's playback reports), and each
+#   module of ``SHARED_PER_MODULE``, whose tests share a costly module-scoped fixture that
+#   each worker would make again;
+# - the longest units go first, by the durations the last run recorded in pytest's cache
+#   (``DURATIONS_KEY``), so that no long test starts last while the other workers idle.
+#   (The first run, or one without the cache, sends the largest units first.)
+#
+# xdist's own ``--dist loadgroup`` would group by marks, but it does not group on pytest 9.2
+# (pytest-xdist issue #1386: the group suffix it writes into the node id is ignored).
+
+SHARED_PER_MODULE = frozenset(
+    {
+        "tests/outside/test_protocol_clients.py",  # a `rejoinder dev` process
+        "tests/mcp/test_mcp_servers.py",  # an MCP server process
+        "tests/providers/test_local_whisper.py",  # Whisper models
+        "tests/providers/test_local_multilingual.py",
+        "tests/providers/test_local_pocketsphinx.py",
+        "tests/providers/test_local_smart_turn.py",  # the Smart Turn model
+        "tests/providers/test_onset_classifier.py",
+    }
+)
+BROWSER_UNIT = "browser"
+DURATIONS_KEY = "rejoinder/durations"
+UNKNOWN_SECONDS = 0.2
+"""What a test not in the last run's durations is taken to last."""
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: the browser tests', its module's, or its own."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith("_browser.py"):
+        return BROWSER_UNIT
+    if path in SHARED_PER_MODULE:
+        return path
+    return nodeid
+
+
+class DurationsRecorder:
+    """On the process that reports (the controller under xdist): each test's seconds
+    (setup, call and teardown), merged into pytest's cache when the run ends."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(session.config, "cache", None)
+        if cache is None or not self.seconds:
+            return
+        recorded = dict(cache.get(DURATIONS_KEY, {}))
+        recorded.update({nodeid: round(s, 3) for nodeid, s in self.seconds.items()})
+        cache.set(DURATIONS_KEY, recorded)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        config.pluginmanager.register(DurationsRecorder(), "rejoinder-durations")
+
+
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with ``work_unit`` as the scope (most tests are a unit
+        of their own), the units sent longest first."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            cache = getattr(config, "cache", None)
+            self.recorded: dict[str, float] = dict(cache.get(DURATIONS_KEY, {})) if cache else {}
+            self.ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the queue is complete when the first unit goes out
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: -self.seconds(unit[1]))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+        def seconds(self, nodeids: dict[str, bool]) -> float:
+            return sum(self.recorded.get(nodeid, UNKNOWN_SECONDS) for nodeid in nodeids)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """``-n N`` (xdist's default ``--dist load``): ``SuiteScheduling``; any other
+        ``--dist`` is xdist's."""
+        if config.getvalue("dist") == "load":
+            return SuiteScheduling(config, log)
+        return None

@@ -35,7 +35,6 @@ pytestmark = [
     pytest.mark.timeout(60),
     # the shared server's connection belongs to the module's loop
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.xdist_group("mcp_servers"),  # one shared server per module, not per worker
 ]
 
 SERVER = Path(__file__).resolve().parent / "weather_server.py"

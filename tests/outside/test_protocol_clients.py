@@ -35,7 +35,6 @@ pytestmark = [
     pytest.mark.looptime(False),
     pytest.mark.timeout(60),
     ONE_LOOP,
-    pytest.mark.xdist_group("outside_protocol_clients"),  # one server per module, not per worker
 ]
 
 AGENT = """
