@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo test test-container release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 # The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
 # lint tools), so a fresh clone reaches its first page quickly.
@@ -114,8 +114,14 @@ typecheck: $(STAMP)
 # suite's time goes before it outgrows its budget.
 ALONE_TESTS = $(shell grep -rl "pytest.mark.alone" tests --include=*.py)
 pytest: $(STAMP) chromium sip-tools turn-tools js react
-	$(BIN)/pytest -n 2 -m "not alone" --durations=15
-	$(BIN)/pytest -p no:xdist -m alone --durations=15 $(ALONE_TESTS)
+	$(BIN)/pytest -n 2 -m "not alone and not container" --durations=15
+	$(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 $(ALONE_TESTS)
+
+# The container image (tests/deploy, marked container): built and run where Docker or
+# Podman works; elsewhere container/check_image.py builds its layout from the Dockerfile
+# (a pip install of the offline stack, one to two minutes) and checks it. CI runs it.
+test-container: $(STAMP) node
+	$(BIN)/pytest -p no:xdist -m container tests/deploy
 
 # The browser tests (tests/io/test_*browser.py) drive Debian's chromium through Playwright
 # (Playwright's own browser download is not used); without it they are skipped.

@@ -12,7 +12,13 @@ eSpeak NG (``EspeakTTS``) and piper-tts (``PiperTTS``) are GPL-3.0.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
+
+# onnxruntime (Silero, Smart Turn, Piper) sends usage telemetry from Linux and writes a
+# device id under ~/.cache unless this is set before its first session; an offline stack
+# should not talk to anyone. A value you set yourself is kept.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 if TYPE_CHECKING:
     from .espeak import EspeakTTS
