@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-container release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: demo docs test test-container release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 # The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
 # lint tools), so a fresh clone reaches its first page quickly.
@@ -20,7 +20,7 @@ $(DEMO_STAMP): pyproject.toml
 
 # Everything the tests, the linters and the benchmarks use, on top of the demo's install.
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,webrtc,telephony,otel,plot,simulate,asgi,mcp,audio]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,local,webrtc,telephony,otel,plot,simulate,asgi,mcp,audio]'
 	touch $(STAMP)
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo
@@ -35,6 +35,14 @@ demo: $(DEMO_STAMP) js
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
 test: lint typecheck js-test react-test pytest
+
+# The documentation site (mkdocs.yml): the guides in docs/ and the API reference from the
+# docstrings, into site/ (git-ignored); browse it with `.venv/bin/mkdocs serve`. --strict
+# fails on any warning: a broken link or anchor, a page missing from the nav, a docstring
+# griffe cannot read (not -q: it silences the warnings --strict counts). make test builds
+# it too, in tests/docs/test_site.py, with the check that every public name has a docstring.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # A release's two files as PyPI gets them (CI runs this): sdist and wheel from `python -m build`,
 # `twine check --strict`, and the page's SDK bundle (made by `make js`, not in git) in the wheel.
@@ -192,4 +200,4 @@ test-scale: $(RAY_STAMP)
 		REJOINDER_SCALE=1 ip netns exec $$ns $(BIN)/pytest -p no:cacheprovider tests/scale
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site .mypy_cache .pytest_cache .ruff_cache

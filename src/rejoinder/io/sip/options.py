@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["LOOPBACK_ONLY", "SipOptions"]
 
 LOOPBACK_ONLY = ("127.0.0.0/8", "::1/128")
+"""``SipOptions.allow_from``'s default: only this machine may send SIP requests."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ... import _extras
 
 INSTALL_HINT = _extras.install_command("webrtc")
+"""The pip command that installs the ``webrtc`` extra, for error messages."""
 
 
 class WebRTCUnavailable(RuntimeError):
