@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,41 +110,48 @@ class DurationsRecorder:
         cache.set(DURATIONS_KEY, recorded)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # not an xdist worker
-        config.pluginmanager.register(DurationsRecorder(), "rejoinder-durations")
+class Scheduling:
+    """The plugin that gives xdist its scheduler (registered only when xdist runs: with
+    ``-p no:xdist`` its hook would be unknown)."""
 
-
-if importlib.util.find_spec("xdist") is not None:
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SuiteScheduling(LoadScopeScheduling):
-        """xdist's scope scheduling with ``work_unit`` as the scope (most tests are a unit
-        of their own), the units sent longest first."""
-
-        def __init__(self, config: pytest.Config, log: Any = None) -> None:
-            super().__init__(config, log)
-            cache = getattr(config, "cache", None)
-            self.recorded: dict[str, float] = dict(cache.get(DURATIONS_KEY, {})) if cache else {}
-            self.ordered = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the queue is complete when the first unit goes out
-                self.ordered = True
-                units = sorted(self.workqueue.items(), key=lambda unit: -self.seconds(unit[1]))
-                self.workqueue.clear()
-                self.workqueue.update(units)
-            super()._assign_work_unit(node)
-
-        def seconds(self, nodeids: dict[str, bool]) -> float:
-            return sum(self.recorded.get(nodeid, UNKNOWN_SECONDS) for nodeid in nodeids)
-
-    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """``-n N`` (xdist's default ``--dist load``): ``SuiteScheduling``; any other
         ``--dist`` is xdist's."""
-        if config.getvalue("dist") == "load":
-            return SuiteScheduling(config, log)
-        return None
+        if config.getvalue("dist") != "load":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class SuiteScheduling(LoadScopeScheduling):
+            """xdist's scope scheduling with ``work_unit`` as the scope (most tests are a
+            unit of their own), the units sent longest first."""
+
+            def __init__(self, config: pytest.Config, log: Any = None) -> None:
+                super().__init__(config, log)
+                cache = getattr(config, "cache", None)
+                self.recorded: dict[str, float] = (
+                    dict(cache.get(DURATIONS_KEY, {})) if cache else {}
+                )
+                self.ordered = False
+
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid)
+
+            def _assign_work_unit(self, node: Any) -> None:
+                if not self.ordered:  # the queue is complete when the first unit goes out
+                    self.ordered = True
+                    units = sorted(self.workqueue.items(), key=lambda u: -self.seconds(u[1]))
+                    self.workqueue.clear()
+                    self.workqueue.update(units)
+                super()._assign_work_unit(node)
+
+            def seconds(self, nodeids: dict[str, bool]) -> float:
+                return sum(self.recorded.get(nodeid, UNKNOWN_SECONDS) for nodeid in nodeids)
+
+        return SuiteScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the process that reports, not an xdist worker
+        config.pluginmanager.register(DurationsRecorder(), "rejoinder-durations")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(Scheduling(), "rejoinder-scheduling")

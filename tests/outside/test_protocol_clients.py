@@ -130,8 +130,11 @@ async def srv(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def http(srv: Server) -> AsyncIterator[aiohttp.ClientSession]:
-    """A client session for one test; the test leaves no session on the server behind."""
+    """A client session for one test, which starts on a server with no live session (the
+    tests check that they leave none behind; one that failed may have left a session
+    closing) and leaves none behind."""
     async with aiohttp.ClientSession() as session:
+        await no_sessions_left(srv, session, within=10)
         yield session
 
 
