@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -468,6 +469,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         loop.run_until_complete(main_async(args))
     finally:
         loop.close()
+    if args.rule == "onset":
+        # Whisper's worker thread may still hold its CTranslate2 model when the interpreter
+        # tears down, which aborts the process after everything was printed: end here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
