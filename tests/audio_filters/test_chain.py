@@ -198,3 +198,17 @@ def test_twenty_ms_frames_of_ten_ms_blocks_add_no_delay() -> None:
     for _ in range(5):
         stream.push(np.ones(320, np.int16))
     assert stream.delay == 0
+
+
+def test_a_filter_whose_reset_raises_is_left_out() -> None:
+    class BadReset(Gain):
+        def reset(self) -> None:
+            raise OSError("the device is gone")
+
+    bad, good = BadReset(0.0), Gain(2.0)
+    chain = FilterChain([bad, good])
+    chain.reset()
+    assert [type(e).__name__ for _, e in chain.failures] == ["OSError"]
+    assert good.resets == 1
+    out = chain.process(AudioFrame(np.full(320, 10, np.int16), 16000))
+    assert np.all(out.data == 20)  # the muting filter is out, the next one still runs

@@ -185,10 +185,20 @@ class FilterChain:
             self.cpu_seconds += time.thread_time() - started
 
     def reset(self) -> None:
-        """Every filter forgets what it heard (the failed ones stay out)."""
+        """Every filter forgets what it heard (the failed ones stay out; one whose
+        ``reset`` raises is left out too, logged once)."""
         for stage in self._stages:
-            if not stage.failed:
+            if stage.failed:
+                continue
+            try:
                 stage.reset()
+            except Exception as exc:
+                stage.failed = True
+                self.failures.append((stage.filter, exc))
+                logger.exception(
+                    "audio filter %s failed to reset; the audio passes on without it",
+                    type(stage.filter).__name__,
+                )
 
     @property
     def cpu_ms_per_second(self) -> float:
