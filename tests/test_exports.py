@@ -72,6 +72,8 @@ API_NAMES = [
     "FallbackTTS",
     "FallbackRealtime",
     # audio and text i/o
+    "AudioFilter",
+    "filter_audio",
     "AudioFrame",
     "BackgroundAudio",
     "AudioInput",

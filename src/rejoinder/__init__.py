@@ -84,6 +84,7 @@ from .session import (
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from ._version import __version__
+    from .audio_filters import AudioFilter, filter_audio
     from .io.background_audio import BackgroundAudio
     from .mcp_servers import MCPServer, MCPServerError
     from .models import (
@@ -131,6 +132,9 @@ _LAZY = {
     "Voicemail": "rejoinder.session.hearing.answering",
     "detect_answered_by": "rejoinder.session.hearing.answering",
     "wait_answered_by": "rejoinder.session.hearing.answering",
+    # Filters on the caller's audio (noise, echo): only sessions that use them.
+    "AudioFilter": "rejoinder.audio_filters",
+    "filter_audio": "rejoinder.audio_filters",
     # Ambient and thinking sounds under the agent's voice: numpy, on first use.
     "BackgroundAudio": "rejoinder.io.background_audio",
     # MCP tool servers: only programs that connect one use them.
@@ -152,6 +156,7 @@ __all__ = [
     "AgentStateChangedEvent",
     "AgentTask",
     "AnsweredByEvent",
+    "AudioFilter",
     "AudioFrame",
     "AudioInput",
     "AudioOutput",
@@ -229,6 +234,7 @@ __all__ = [
     "__version__",
     "close_shared",
     "detect_answered_by",
+    "filter_audio",
     "function_tool",
     "is_backchannel",
     "shared",

@@ -47,6 +47,7 @@ EXTRAS: dict[str, str] = {
     "mcp": "MCP tool servers (the mcp SDK)",
     "simulate": "scenario files (PyYAML)",
     "audio": "the microphone and speaker of rejoinder console --audio (sounddevice)",
+    "filters": "noise suppression and echo cancellation on the caller's audio (pywebrtc-audio)",
 }
 """Every extra the code asks for, and what it brings (``tests/test_extras.py`` checks
 each against ``pyproject.toml``)."""
