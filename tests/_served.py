@@ -67,10 +67,14 @@ class Server:
 
 @contextlib.asynccontextmanager
 async def server(
-    argv: Sequence[str], command: Sequence[str] = REJOINDER, *, with_stderr: bool = False
+    argv: Sequence[str],
+    command: Sequence[str] = REJOINDER,
+    *,
+    with_stderr: bool = False,
+    startup_timeout: float = STARTUP_TIMEOUT,
 ) -> AsyncIterator[Server]:
-    """``command ARGV --port 0`` in the repository, until it printed its URLs
-    (``with_stderr``: its log lines go to ``lines`` too)."""
+    """``command ARGV --port 0`` in the repository, until it printed its URLs within
+    ``startup_timeout`` seconds (``with_stderr``: its log lines go to ``lines`` too)."""
     process = await asyncio.create_subprocess_exec(
         *command,
         *argv,
@@ -84,7 +88,7 @@ async def server(
     running = Server(process, 0)
     pump = asyncio.create_task(running.pump())
     try:
-        line = await running.wait_line(r"health: +http://127\.0\.0\.1:\d+/healthz", STARTUP_TIMEOUT)
+        line = await running.wait_line(r"health: +http://127\.0\.0\.1:\d+/healthz", startup_timeout)
         match = re.search(r":(\d+)/healthz", line)
         assert match is not None
         running.port = int(match.group(1))
