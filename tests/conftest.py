@@ -49,12 +49,13 @@ async def make_session() -> AsyncIterator[MakeSession]:
 
 # -- sharing the tests out over pytest-xdist's workers (make test: pytest -n N) -------------
 #
-# `-n N` alone (xdist's "load") hands out tests one by one in file order. Here a run does
-# the same with two differences (``SuiteScheduling``):
+# `-n N` alone (xdist's "load") hands tests out a few at a time, in file order. Here a run
+# does much the same with two differences (``SuiteScheduling``):
 #
 # - some tests go out together, as one unit: every browser test (tests/**/*_browser.py,
 #   one Chromium at a time, playing its fake microphone and its agent's audio in real
-#   time: two at once on two cores starved each other's playback reports), and each
+#   time: several at once, with three workers on two cores, starved the pages' playback
+#   reports), and each
 #   module of ``SHARED_PER_MODULE``, whose tests share a costly module-scoped fixture that
 #   each worker would make again;
 # - the longest units go first, by the durations the last run recorded in pytest's cache
