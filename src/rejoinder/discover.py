@@ -24,11 +24,13 @@ reloads after an edit) runs the file afresh under the same module name.
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
 import importlib.util
 import inspect
 import re
 import sys
 import traceback
+import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +136,20 @@ def load_entrypoint(path: str | Path) -> Loaded:
         raise
 
 
+class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the agent file from its source on every load, never from a cached
+    ``.pyc``: a reload must run what the file says now (a bytecode cache is checked by
+    modification time and size, so an edit within the same second that kept the size
+    ran the old code), and nothing is written into the user's folder."""
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 def _run_file(file: Path, name: str, previous: object) -> object:
-    spec = importlib.util.spec_from_file_location(name, file)
+    spec = importlib.util.spec_from_file_location(
+        name, file, loader=_FreshSourceLoader(name, str(file))
+    )
     if spec is None or spec.loader is None:  # pragma: no cover - a .py path always has one
         raise EntrypointError(f"cannot load {file} as a Python module")
     module = importlib.util.module_from_spec(spec)
