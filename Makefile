@@ -36,7 +36,7 @@ demo: $(DEMO_STAMP) js
 	@$(if $(LLM),REJOINDER_LLM='$(LLM)') $(if $(BASE_URL),OPENAI_BASE_URL='$(BASE_URL)') \
 		$(BIN)/rejoinder dev examples/voice_agent.py $(ARGS)
 
-test: lint typecheck js-test react-test pytest
+test: lint typecheck docs js-test react-test pytest
 
 # The documentation site (mkdocs.yml): the guides in docs/ and the API reference from the
 # docstrings, into site/ (git-ignored); browse it with `.venv/bin/mkdocs serve`. --strict
@@ -113,19 +113,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
-# Two workers: the suite is mostly waiting on real-time sockets, browsers and models. (Three
-# on two cores was a minute faster, but starved the browsers: the pages' 100 ms `played`
-# reports came 300-400 ms apart and their tests failed.) The tests marked `alone` (the
-# whole offline stack in real time: a call, a WebSocket conversation, Smart Turn on
-# speech) run after, one at a time: beside a second worker, the models' timing changed
-# what they heard (3 of 6 runs failed one of them on a 2-core machine). Only their files
-# are collected (collecting the whole suite to pick 16 tests took 12 s).
+# Four workers on two cores: much of the suite waits on real-time sockets, browsers and
+# models, so two left the cores idle (tests/conftest.py hands the browser tests to one
+# worker, so only one Chromium runs at a time: several starved the pages' 100 ms `played`
+# reports; and the longest tests go out first, from the durations the last run kept in
+# .pytest_cache). Bytecode is written (PYTHONDONTWRITEBYTECODE unset): without it every
+# worker and every subprocess compiled the whole package again. The tests marked `alone`
+# (the whole offline stack in real time: a call, a WebSocket conversation, Smart Turn on
+# speech) run after, one at a time: beside another worker, the models' timing changed
+# what they heard. Only their files are collected. The site's strict build is `make docs`
+# (before the tests); `site` marks its pytest twin, left out here.
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
-ALONE_TESTS = $(shell grep -rl "pytest.mark.alone" tests --include=*.py)
 pytest: $(STAMP) chromium sip-tools turn-tools js react
-	$(BIN)/pytest -n 2 -m "not alone and not container" --durations=15
-	$(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 $(ALONE_TESTS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 -m "not alone and not container and not site" --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 $(ALONE_TESTS)
 
 # The container image (tests/deploy, marked container): built and run where Docker or
 # Podman works; elsewhere container/check_image.py builds its layout from the Dockerfile

@@ -44,6 +44,7 @@ needs_griffe = pytest.mark.skipif(
 
 
 @needs_mkdocs
+@pytest.mark.site
 def test_the_site_builds_with_strict(tmp_path: Path) -> None:
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about MkDocs 2

@@ -308,8 +308,12 @@ async def test_the_wait_returns_the_first_decisive_answer_or_unknown_in_time(
     session: rj.AgentSession[None] = rj.AgentSession(llm=ScriptedLLM([]))
     if detect:
         detect_answered_by(session)
+    started: list[float] = []
+    session.on("session_started", lambda e: started.append(e.created_at))
     await session.start(rj.Agent(instructions="x"))
-    start = now()
+    # The call was answered when the session started (the detector counts from there),
+    # not when start() returned: under load the loop's clock may move in between.
+    start = started[0]
     timed = sorted(events, key=lambda e: e[0])
 
     async def answer() -> None:
@@ -319,7 +323,7 @@ async def test_the_wait_returns_the_first_decisive_answer_or_unknown_in_time(
 
     pushing = asyncio.ensure_future(answer())
     try:
-        await advance(wait_from)
+        await advance(start + wait_from - now())
         result = await wait_answered_by(session, timeout=bound)
         # With a detector, its own bound speaks too: nobody spoke in 5 s (no microphone).
         heard = [*timed, (5.0, "unknown", "audio", False)] if detect else timed
