@@ -216,3 +216,31 @@ async def test_junk_is_dropped_and_a_binary_frame_ends_the_call(host: Start) -> 
             assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1009)
     await until(lambda: bool(calls.closes and calls.closes[0]))
     assert calls.closes[0] == ["binary frames are not part of this protocol"]
+
+
+@pytest.mark.parametrize("signed", [True, False])
+async def test_a_junk_host_header_gets_a_4xx_never_a_500(host: Start, signed: bool) -> None:
+    """The webhook's URL comes from the request's Host header, which is whatever the
+    sender wrote: a bracket or a port out of range is refused, on both hosts, with or
+    without a token to check, and the server answers the next real webhook."""
+    calls = Calls()
+    auth = {"twilio_auth_token": AUTH} if signed else {}
+    served = await phone_host(host, calls, [[REPLY]], ["Hello."], **auth)
+    port = int(served.base.rsplit(":", 1)[1])
+    body = b"CallSid=CA1&From=%2B1555"
+    for junk in ("example.com[", "]example.com", "example.com:99999", "[::1"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /twilio/twiml HTTP/1.1\r\nHost: " + junk.encode() + b"\r\n"
+            b"X-Twilio-Signature: abc\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+        )
+        await writer.drain()
+        status_line = (await asyncio.wait_for(reader.readline(), 5)).decode()
+        writer.close()
+        status = int(status_line.split()[1])
+        assert 400 <= status < 500 or (status == 200 and not signed), (junk, status_line)
+    url = served.base + "/twilio/twiml"
+    async with aiohttp.ClientSession() as http:
+        status, _, _ = await post(http, url, CALL, twilio_signature(AUTH, url, CALL))
+    assert status == 200

@@ -63,8 +63,12 @@ def telephony_routes(service: TelephonyService) -> list[BaseRoute]:
 
 def _webhook_route(answers: dict[str, Answer]) -> Callable[[Request], Awaitable[Response]]:
     from ..telephony.service import WebhookRequest
+    from ..telephony.twilio_webhook import malformed_request_url
 
     async def route(request: Request) -> Response:
+        url = str(request.url)
+        if malformed_request_url(url) is not None:  # the sender's Host header
+            return response(HttpAnswer.text("malformed Host header", status=400))
         method = "GET" if request.method == "HEAD" else request.method
         form: list[tuple[str, str]] | None = None
         body: bytes | None = b""
@@ -75,7 +79,7 @@ def _webhook_route(answers: dict[str, Answer]) -> Callable[[Request], Awaitable[
             form = _form_fields(request.headers.get("content-type", ""), body)
         webhook = WebhookRequest(
             method=request.method,
-            url=str(request.url),
+            url=url,
             query=request.query_params.multi_items(),
             form=form,
             signature=request.headers.get("x-twilio-signature", ""),

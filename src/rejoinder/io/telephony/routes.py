@@ -39,6 +39,7 @@ from .carriers.base import CallControl
 from .dialects import DIALECTS, Dialect
 from .service import Answer, TelephonyService, WebhookRequest, WebhookSecrets
 from .stream import TelephonyOptions
+from .twilio_webhook import malformed_request_url
 
 __all__ = ["PROVIDERS", "TELEPHONY", "add_telephony_routes"]
 
@@ -88,13 +89,30 @@ def add_telephony_routes(
     return service
 
 
+def request_url(request: web.Request) -> str | None:
+    """The URL the sender asked for, or None when its ``Host`` header makes none (a
+    bracket, a port out of range: yarl raises): the sender's junk, answered with 400."""
+    try:
+        url = str(request.url)
+        _ = request.url.port
+    except ValueError:
+        url = ""
+    if not url or malformed_request_url(url) is not None:
+        logger.info("webhook from %s: malformed Host header %r", request.remote, request.host)
+        return None
+    return url
+
+
 def _webhook_route(answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def route(request: web.Request) -> web.Response:
+        url = request_url(request)
+        if url is None:
+            return web.Response(status=400, text="malformed Host header")
         body = await request.read() if request.method == "POST" else b""
         form = await request.post() if request.method == "POST" else None  # (from the read)
         webhook = WebhookRequest(
             method=request.method,
-            url=str(request.url),
+            url=url,
             query=list(request.query.items()),
             form=None if form is None else [(k, v) for k, v in form.items() if isinstance(v, str)],
             signature=request.headers.get("X-Twilio-Signature", ""),

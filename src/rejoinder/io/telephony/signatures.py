@@ -230,8 +230,14 @@ def verify_plivo_signature(
     """Whether ``signature`` (the ``X-Plivo-Signature-V3`` header, possibly several
     comma-separated signatures) holds Plivo's V3 signature for this request and ``nonce``
     (the ``X-Plivo-Signature-V3-Nonce`` header). Constant-time comparisons, every candidate
-    compared. Arguments as ``plivo_v3_signature``'s; a bad ``method`` or ``url`` raises.
+    compared. Arguments as ``plivo_v3_signature``'s; a bad ``method``, or a URL without a
+    scheme and host, raises (a mistake in the caller); a URL that does not parse is
+    refused (it comes from the request: its ``Host`` header is whatever the sender wrote).
     """
+    try:
+        urlparse(url)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL": a bracket in the Host header
+        return _refused(f"malformed URL: {exc}")
     expected = plivo_v3_signature(auth_token, method, url, params, nonce or "").encode()
     if not signature:
         return _refused("missing signature")

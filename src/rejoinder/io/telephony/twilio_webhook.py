@@ -172,6 +172,19 @@ def webhook_url_for(request_url: str, public_url: str | None, path: str = "/twil
     return f"{url}?{query}" if query else url
 
 
+def malformed_request_url(url: str) -> str | None:
+    """Why the URL a webhook request was made to cannot be used (it is built from the
+    request's ``Host`` header, which is whatever the sender wrote: a stray bracket, a port
+    out of range), or None when it parses. The hosts answer such a request with 400
+    before any webhook sees it."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _public(public_url: str) -> SplitResult:
     parts = _parsed(public_url, "public")
     if parts.query or parts.fragment:
