@@ -6,6 +6,7 @@ the credentials' acceptance by a real TURN server is tests/io/test_turn_relay.py
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import re
@@ -316,3 +317,61 @@ def test_the_schema_takes_a_ready_with_ice_servers() -> None:
         assert not validator.is_valid(message), message
         with pytest.raises(ProtocolError, match="invalid server message"):
             parse_server_message(json.dumps(message))
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(30)
+async def test_a_websocket_ready_carries_webrtcs_servers_minted_for_its_session() -> None:
+    """A page that fell back to the WebSocket learns where to try WebRTC next from its
+    ``ready``: the same servers as ``/api/ice``, TURN credentials minted for the session;
+    without ICE servers configured, ``ready`` has no such fields."""
+    import aiohttp
+
+    import rejoinder as rj
+    from rejoinder.io import Connection, create_app
+    from rejoinder.testing import ScriptedLLM, ScriptedSTT, ScriptedTTS, ScriptedVAD
+
+    pytest.importorskip("aiortc", reason="the webrtc extra is not installed")
+    sessions: list[rj.AgentSession[Any]] = []
+
+    async def entrypoint(conn: Connection) -> None:
+        session: rj.AgentSession[Any] = rj.AgentSession(
+            vad=ScriptedVAD(), stt=ScriptedSTT([]), llm=ScriptedLLM([]), tts=ScriptedTTS()
+        )
+        sessions.append(session)
+        try:
+            await conn.serve(session, rj.Agent(instructions="test"))
+        finally:
+            served.set()
+
+    served = asyncio.Event()
+
+    async def first_ready(webrtc: Any) -> dict[str, Any]:
+        served.clear()
+        server = TestServer(create_app(entrypoint, webrtc=webrtc), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(server.make_url("/ws")) as ws,
+            ):
+                await ws.send_str(json.dumps({"type": "start", "sample_rate": 16000}))
+                while True:
+                    message = json.loads(await asyncio.wait_for(ws.receive_str(), 10))
+                    if message["type"] == "ready":
+                        break
+            await asyncio.wait_for(served.wait(), 10)  # the session ended with the socket
+            return message
+        finally:
+            await server.close()
+
+    plain = await first_ready(False)
+    assert "ice_servers" not in plain and "ice_transport_policy" not in plain
+    ice = IceConfig(urls=(STUN, TURN), secret="s", transport_policy="relay")
+    told = await first_ready(WebRTCOptions(ice=ice))
+    assert told["ice_transport_policy"] == "relay"
+    stun, turn = told["ice_servers"]
+    assert stun == {"urls": [STUN]} and turn["urls"] == [TURN]
+    expires, user = turn["username"].split(":")
+    assert user == sessions[-1].id  # minted for this session
+    assert (turn["username"], turn["credential"]) == turn_rest_credentials("s", user, int(expires))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -119,7 +120,9 @@ def create_app(
     app[METRICS] = server_metrics = ServerMetrics(gate, labels=metrics_labels, resume=resume)
     entrypoint = observed(entrypoint, server_metrics)
 
-    ws_handler = websocket_handler(entrypoint, websocket, run=gate.run, resume=resume)
+    ws_handler = websocket_handler(
+        entrypoint, _with_ice(websocket, webrtc), run=gate.run, resume=resume
+    )
 
     async def ws_route(request: web.Request) -> web.StreamResponse:
         if resume is not None and resume.knows(request.query.get("resume")):
@@ -188,6 +191,17 @@ def _sampling(gate: SessionGate[Connection]) -> Callable[[web.Application], Asyn
             await task
 
     return context
+
+
+def _with_ice(websocket: WebSocketOptions | None, webrtc: Any) -> WebSocketOptions | None:
+    """The WebSocket's options carrying WebRTC's client ICE servers into its ``ready``
+    too, unless they name their own: one place says which servers clients use."""
+    from .webrtc.options import WebRTCOptions
+
+    if not isinstance(webrtc, WebRTCOptions) or webrtc.ice is None:
+        return websocket
+    options = websocket or WebSocketOptions()
+    return options if options.ice is not None else dataclasses.replace(options, ice=webrtc.ice)
 
 
 def _refused(gate: SessionGate[Connection]) -> web.Response:

@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import WSMessage, WSMsgType, web
 
@@ -46,6 +46,7 @@ from .protocol import (
     ErrorCode,
     ErrorMessage,
     ProtocolError,
+    Ready,
     ServerMessage,
     Start,
     encode,
@@ -53,6 +54,10 @@ from .protocol import (
 )
 from .resume import ResumeRegistry
 from .socket_loop import AiohttpFrames
+from .webrtc.ice_config import ready_with_ice
+
+if TYPE_CHECKING:
+    from .webrtc.ice_config import IceConfig
 
 __all__ = [
     "CloseRequest",
@@ -95,6 +100,10 @@ class WebSocketOptions:
     """Agent audio waiting to be written before the session is made to wait."""
     close_timeout: float = 30.0
     """How long the entry point gets to return after the client left."""
+    ice: IceConfig | None = None
+    """ICE servers for the client's next WebRTC connection, put in ``ready`` with TURN
+    credentials minted for the session (a page that fell back to the WebSocket may try
+    WebRTC again). ``create_app`` fills it from ``WebRTCOptions.ice``."""
 
 
 class WebSocketPeer:
@@ -133,6 +142,9 @@ class WebSocketPeer:
     # ------------------------------------------------------------ sending
 
     def send(self, message: ServerMessage) -> None:
+        if isinstance(message, Ready) and self.options.ice is not None:
+            session = self.connection.session if self.connection is not None else None
+            message = ready_with_ice(message, self.options.ice, session.id if session else None)
         self.outbox.put_text(encode(message))
 
     def fail(self, code: CloseCode, error_code: str, message: str) -> None:
