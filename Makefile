@@ -134,6 +134,7 @@ typecheck: $(STAMP)
 # (before the tests); `site` marks its pytest twin, left out here.
 # --durations: the 15 slowest tests of each run are printed, so that CI shows where the
 # suite's time goes before it outgrows its budget.
+ALONE_TESTS = $(shell grep -rlE "mark\.alone\b" tests --include='test_*.py')
 pytest: $(STAMP) chromium sip-tools turn-tools js react
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 -m "not alone and not container and not site" --durations=15
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 $(ALONE_TESTS)

@@ -25,6 +25,7 @@ rules of their own, which check that the floor raises FloorError and changed not
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -624,9 +625,10 @@ class FloorMachine(RuleBasedStateMachine):
 # 2000 examples of up to 20 steps took about 12-30 s on one core of a 2-core machine; 40
 # steps took about 45 s there. Hypothesis's per-example and per-step draw machinery is nearly
 # all of that time (the floor and the checks are a few percent), so the step count was halved,
-# and the examples cut to 1200 to keep the whole suite within its 5-minute budget.
+# and the examples cut to 600 to keep the whole suite within its 5-minute budget
+# (REJOINDER_STRESS_EXAMPLES=N runs N).
 FloorMachine.TestCase.settings = settings(
-    max_examples=1200,
+    max_examples=int(os.environ.get("REJOINDER_STRESS_EXAMPLES", 600)),
     stateful_step_count=20,
     deadline=None,
 )

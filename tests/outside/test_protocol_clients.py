@@ -144,7 +144,10 @@ async def http(srv: Server) -> AsyncIterator[aiohttp.ClientSession]:
 async def test_a_client_that_never_confirms_a_clear_still_hears_the_next_reply(
     srv: Server, http: aiohttp.ClientSession
 ) -> None:
-    client = await connect(srv, http, confirms_clears=False)
+    # A greeting of about 3 s: under a loaded CI machine the speech below can start most
+    # of a second late, and LONG's 1.5 s had sometimes played out by then (no clear).
+    greeting = f"{LONG} {LONG}"
+    client = await connect(srv, http, query=agent_query(greeting=greeting), confirms_clears=False)
     try:
         speaking = await client.wait_state("speaking")
         await asyncio.sleep(0.5)

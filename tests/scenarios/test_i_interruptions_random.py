@@ -19,6 +19,7 @@ rule, on virtual time:
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import looptime
@@ -53,7 +54,7 @@ SECOND_AT = 0.4
 
 
 @settings(
-    max_examples=80,
+    max_examples=int(os.environ.get("REJOINDER_STRESS_EXAMPLES", 50)),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],

@@ -57,7 +57,7 @@ from ._lifecycle import (
 )
 from ._voice import LINE, Voice, WatchedSpeaker, utterances
 
-DEFAULT_EXAMPLES = 1500  # CI (the suite's 5-minute budget: it speaks now); make stress: 100,000
+DEFAULT_EXAMPLES = 800  # CI (the suite's 5-minute budget); make stress: 100,000
 BOUND = 120.0  # virtual seconds any single awaited call may take
 SETTLE = 700.0  # virtual seconds after the last step: past every watchdog
 
