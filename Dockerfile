@@ -45,14 +45,14 @@ FROM ${PYTHON_IMAGE} AS venv
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 RUN python -m venv /opt/rejoinder
 ENV PATH=/opt/rejoinder/bin:$PATH
-# One pip, the same here and in container/check_image.py's venv: the resolver picks the
-# versions of what pyproject.toml does not pin.
+# One pip, the same here and in container/check_image.py's venv; constraints.txt pins
+# what pyproject.toml does not (the dependencies' dependencies).
 RUN --mount=type=cache,target=/root/.cache/pip pip install pip==26.3
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY src/ src/
 COPY --from=sdk /sdk/dist/index.js src/rejoinder/io/static/rejoinder-client.js
-RUN --mount=type=cache,target=/root/.cache/pip pip install '.[local,webrtc]'
+RUN --mount=type=cache,target=/root/.cache/pip pip install --constraint constraints.txt '.[local,webrtc]'
 RUN --mount=type=cache,target=/root/.cache/pip pip install --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0
 
 # --- 3. What runs: the venv, the example agents, a user without a login ------------------

@@ -10,9 +10,11 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # about 8 s cold and 5 s warm, against pip's 38 s here. uv reads no pip.conf: a private
 # index is UV_INDEX_URL (or UV_DEFAULT_INDEX), a company CA is UV_NATIVE_TLS=1.
 UV := $(BIN)/uv
-INSTALL := $(UV) pip install --quiet --python $(BIN)/python
+# constraints.txt pins the dependencies' dependencies too (make lock rewrites it).
+INSTALL := $(UV) pip install --quiet --python $(BIN)/python --constraint constraints.txt
+ALL_EXTRAS := dev docs local webrtc telephony otel plot simulate asgi mcp audio filters ray
 
-.PHONY: demo docs test test-container release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
+.PHONY: lock demo docs test test-container release-check lint typecheck pytest chromium sip-tools turn-tools node js js-test react react-test protocol-types bench bench-conversation stress test-scale clean
 
 # The demo's own install: the offline voice stack and WebRTC, nothing else (no test or
 # lint tools), so a fresh clone reaches its first page quickly.
@@ -20,7 +22,7 @@ $(UV):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==0.13.9
 
-$(DEMO_STAMP): pyproject.toml $(UV)
+$(DEMO_STAMP): pyproject.toml constraints.txt $(UV)
 	$(INSTALL) -e '.[local,webrtc]'
 	# silero-vad's wheel carries the VAD model; its torch dependency is not needed.
 	# pipecat-ai's wheel carries the Smart Turn model (local.SmartTurn); only the file is used.
@@ -136,8 +138,8 @@ typecheck: $(STAMP)
 # suite's time goes before it outgrows its budget.
 ALONE_TESTS = $(shell grep -rlE "mark\.alone\b" tests --include='test_*.py')
 pytest: $(STAMP) chromium sip-tools turn-tools js react
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 -m "not alone and not container and not site" --durations=15
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 $(ALONE_TESTS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 -m "not alone and not container and not site" --durations=15 --hypothesis-profile=ci
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:xdist -m "alone and not container" --durations=15 --hypothesis-profile=ci $(ALONE_TESTS)
 
 # The container image (tests/deploy, marked container): built and run where Docker or
 # Podman works; elsewhere container/check_image.py builds its layout from the Dockerfile
@@ -212,6 +214,14 @@ test-scale: $(RAY_STAMP)
 	@ns=rj-scale-$$$$; ip netns add $$ns || exit 1; trap "ip netns del $$ns" EXIT; \
 		ip netns exec $$ns ip link set lo up && \
 		REJOINDER_SCALE=1 ip netns exec $$ns $(BIN)/pytest -p no:cacheprovider tests/scale
+
+# constraints.txt from pyproject.toml: every extra, any platform, the newest versions
+# that fit the pins (review the diff before committing it).
+lock: $(UV)
+	( sed -n '1,4p' constraints.txt && $(UV) pip compile --quiet --universal --no-header \
+		--no-annotate pyproject.toml --python-version 3.11.7 \
+		$(foreach extra,$(ALL_EXTRAS),--extra $(extra)) ) > constraints.new
+	mv constraints.new constraints.txt
 
 clean:
 	rm -rf $(VENV) build dist site .mypy_cache .pytest_cache .ruff_cache

@@ -452,16 +452,27 @@ def test_signals_never_enter_the_voice_and_never_count_as_it(ops: list[tuple[str
                 await asyncio.sleep(0)
         voice_queue.put_nowait(("flush", 0))
         await voice_queue.join()
-        for _ in range(20):
-            await asyncio.sleep(0)
-        for name in marks[echoed:]:
-            out.on_mark(name)
         cleared = any(what == "clear" for what, _ in ops)
+
+        async def far_end() -> None:
+            # From here on the far end echoes each mark as it comes: keys asked for late
+            # are paced out after the lead, so their marks come after any echo above.
+            nonlocal echoed
+            while True:
+                for name in marks[echoed:]:
+                    out.on_mark(name)
+                echoed = len(marks)
+                await asyncio.sleep(0.002)
+
+        echoing = asyncio.create_task(far_end())
         if not cleared:
             # Every key ends once heard, and the played count is the voice, whole.
-            results = await asyncio.wait_for(asyncio.gather(*presses), 1)
+            # Paced in real time: all the audio asked for, and a second to spare.
+            audio_s = sum(n for what, n in ops if what in ("say", "press")) * CHUNK / RATE
+            results = await asyncio.wait_for(asyncio.gather(*presses), 1 + audio_s)
             assert all(results)
             assert out.played_samples == state["captured"]
+        echoing.cancel()
         out.close()
         results = await asyncio.wait_for(asyncio.gather(*presses), 1)  # none stuck
         producing.cancel()
