@@ -107,3 +107,27 @@ def test_a_result_for_a_closed_loop_does_not_stop_the_worker() -> None:
 def test_idle_seconds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="idle_seconds"):
         ModelWorker("test", idle_seconds=0)
+
+
+def test_shutdown_lets_the_running_job_finish_cancels_the_queued_and_ends_the_thread() -> None:
+    """What the interpreter's exit does to every live worker (an atexit hook): a daemon
+    thread left waiting would be killed during finalization, where a native library's
+    thread state aborted the process (CTranslate2: status 134)."""
+    worker = ModelWorker("test", idle_seconds=60)
+    release = threading.Event()
+    running = worker.submit(lambda: release.wait(5) and "done")
+    queued = worker.submit(lambda: "never")
+    while not running.running():
+        threading.Event().wait(0.001)
+    stopper = threading.Thread(target=worker.shutdown)
+    stopper.start()
+    release.set()
+    stopper.join(5)
+    assert not stopper.is_alive()
+    assert running.result(1) == "done"
+    assert queued.cancelled()
+    assert not any(t.name == "rejoinder-test" for t in threading.enumerate())
+    assert worker.submit(lambda: "again").result(5) == "again"  # a new thread serves it
+    assert worker.started_threads == 2
+    worker.shutdown()
+    worker.shutdown()  # no thread: nothing to do

@@ -25,11 +25,13 @@ executors as pending).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import enum
 import itertools
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -37,6 +39,10 @@ from typing import Any, Generic, TypeVar
 __all__ = ["ModelWorker", "Urgency"]
 
 T = TypeVar("T")
+
+_EXIT_JOIN_SECONDS = 10.0
+"""How long the interpreter's exit waits for a model's running job (a transcription is
+about a second) before leaving its thread to the interpreter."""
 
 
 class Urgency(enum.IntEnum):
@@ -82,6 +88,7 @@ class ModelWorker(concurrent.futures.Executor):
         self._thread: threading.Thread | None = None
         self.started_threads = 0
         """How many times a thread was started (once, unless it went idle in between)."""
+        _live.add(self)
 
     @property
     def pending(self) -> int:
@@ -112,6 +119,17 @@ class ModelWorker(concurrent.futures.Executor):
                 self._thread.start()
         return future
 
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """End the thread once the job it runs is done; queued jobs are cancelled (a
+        later ``submit`` starts a thread again). ``wait``: join it (at most 10 s)."""
+        with self._lock:
+            thread = self._thread
+            if thread is None:
+                return
+            self._queue.put(_Job(-1, next(self._seq), _stop, concurrent.futures.Future()))
+        if wait and thread is not threading.current_thread():
+            thread.join(_EXIT_JOIN_SECONDS)
+
     def _work(self) -> None:
         while True:
             try:
@@ -122,6 +140,12 @@ class ModelWorker(concurrent.futures.Executor):
                         self._thread = None
                         return
                 continue
+            if job.call is _stop:
+                with self._lock:
+                    while not self._queue.empty():
+                        self._queue.get_nowait().future.cancel()
+                    self._thread = None
+                return
             if not job.future.set_running_or_notify_cancel():
                 continue  # cancelled while queued: nobody waits for it
             try:
@@ -130,3 +154,20 @@ class ModelWorker(concurrent.futures.Executor):
                 job.future.set_exception(exc)
             else:
                 job.future.set_result(result)
+
+
+def _stop() -> None:
+    """The job that ends a worker's thread (``ModelWorker.shutdown``)."""
+
+
+_live: weakref.WeakSet[ModelWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    # At exit, while the interpreter still runs: a daemon thread left waiting would be
+    # killed during finalization, and a native library's thread-local state torn down
+    # then (CTranslate2's: "terminate called without an active exception") aborts the
+    # process with status 134 after everything went well.
+    for worker in list(_live):
+        worker.shutdown(wait=True)
