@@ -113,7 +113,7 @@ def test_shutdown_lets_the_running_job_finish_cancels_the_queued_and_ends_the_th
     """What the interpreter's exit does to every live worker (an atexit hook): a daemon
     thread left waiting would be killed during finalization, where a native library's
     thread state aborted the process (CTranslate2: status 134)."""
-    worker = ModelWorker("test", idle_seconds=60)
+    worker = ModelWorker("exit-test", idle_seconds=60)
     release = threading.Event()
     running = worker.submit(lambda: release.wait(5) and "done")
     queued = worker.submit(lambda: "never")
@@ -121,12 +121,14 @@ def test_shutdown_lets_the_running_job_finish_cancels_the_queued_and_ends_the_th
         threading.Event().wait(0.001)
     stopper = threading.Thread(target=worker.shutdown)
     stopper.start()
+    while worker.pending < 2:  # the queued job and the stop, behind the running one
+        threading.Event().wait(0.001)
     release.set()
     stopper.join(5)
     assert not stopper.is_alive()
     assert running.result(1) == "done"
     assert queued.cancelled()
-    assert not any(t.name == "rejoinder-test" for t in threading.enumerate())
+    assert not any(t.name == "rejoinder-exit-test" for t in threading.enumerate())
     assert worker.submit(lambda: "again").result(5) == "again"  # a new thread serves it
     assert worker.started_threads == 2
     worker.shutdown()
