@@ -130,8 +130,12 @@ class Connection(CallTransfers):
         """``text``, ``mute`` and ``interrupt`` sent before the agent was ready: applied, in
         order, then (``ready`` comes while the agent starts, and a client that re-sends its
         mute at each ``ready`` must not be refused)."""
+        self._server_waiting: list[Callable[[AgentSession[Any]], object]] = []
+        """What the server side learned about this session before it was ready
+        (``when_ready``)."""
         self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
-        """Called with the session as ``serve`` starts it (the server's metrics use it)."""
+        """Called with the session as ``serve`` takes it, before it starts (the server's
+        metrics subscribe to its events here); to act on it, use ``when_ready``."""
         self._link: ClientLink | None = ClientLink(transport, send, wants_timeline=wants_timeline)
         self._link.connection = self
         self._match_tts_rate = match_tts_rate
@@ -401,6 +405,9 @@ class Connection(CallTransfers):
             controls, self._controls = self._controls, []
             for what, act in controls:
                 self._when_ready(what, act)
+            waiting, self._server_waiting = self._server_waiting, []
+            for act in waiting:
+                self.when_ready(act)
             left = asyncio.ensure_future(self._left.wait())
             ended = asyncio.ensure_future(closed.wait())
             try:
@@ -536,6 +543,22 @@ class Connection(CallTransfers):
         for name, handler in handlers:
             session.on(name, handler)
         return handlers
+
+    def when_ready(self, act: Callable[[AgentSession[Any]], object]) -> None:
+        """Call ``act`` with the session once its first agent has entered (at once if it
+        has): how the server side (a phone call's status callbacks) hands the session
+        something it learned early, such as who answered. ``serve`` sets ``session``
+        before the session starts, and a session that has not started cannot take events.
+        ``act``'s errors are logged; what waits for a session that never gets ready is
+        dropped with it."""
+        session = self.session
+        if session is None or not self._ready:
+            self._server_waiting.append(act)
+            return
+        try:
+            act(session)
+        except Exception:  # what the server learned must not fail the call
+            logger.exception("%s: a server-side update failed", self.id)
 
     def _when_ready(self, what: str, act: Callable[[AgentSession[Any]], object]) -> None:
         """Apply a client's control to the session, or tell it why not."""

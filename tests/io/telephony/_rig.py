@@ -3,6 +3,7 @@ set), the fake carrier, the provider's call control pointed at it, and the sessi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -82,10 +83,14 @@ def control_for(carrier: Any, public_url: str) -> Dialing:
 
 @asynccontextmanager
 async def rig(
-    provider: str, *outcomes: CallOutcome, seconds_per_char: float = SECONDS_PER_CHAR
+    provider: str,
+    *outcomes: CallOutcome,
+    seconds_per_char: float = SECONDS_PER_CHAR,
+    serve_after: asyncio.Event | None = None,
 ) -> AsyncIterator[Rig]:
     """``seconds_per_char``: the scripted voice's pace (the greeting lasts
-    ``len(GREETING) * seconds_per_char`` seconds of real time on the line)."""
+    ``len(GREETING) * seconds_per_char`` seconds of real time on the line).
+    ``serve_after``: the entry point serves its session only once it is set."""
     make = scripted_session([], [], lambda: ScriptedTTS(seconds_per_char=seconds_per_char))
     rigged: Rig
 
@@ -94,6 +99,8 @@ async def rig(
         session.on("answered_by", rigged.answered_by.append)
         rigged.conns.append(conn)
         rigged.sessions.append(session)
+        if serve_after is not None:
+            await serve_after.wait()
         await conn.serve(session, Greeter())
 
     async with make_carrier(provider, list(outcomes)) as carrier:

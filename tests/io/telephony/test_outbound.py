@@ -75,6 +75,23 @@ async def test_a_machine_with_a_beep_reaches_the_session(provider: str) -> None:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
+async def test_who_answered_reaches_a_session_served_after_it_was_known(provider: str) -> None:
+    """The AMD result may come before the entry point serves its session: it waits for
+    the session to start, and is not lost on one that has not started yet."""
+    known = asyncio.Event()
+    async with rig(provider, CallOutcome("machine", talk_seconds=0.4), serve_after=known) as r:
+        call = await dial(
+            TO, from_=FROM, control=r.control, service=r.service, public_url=r.public_url
+        )
+        await r.carrier.until(lambda: call.answered_by is not None and bool(r.conns), 5)
+        known.set()
+        await r.carrier.until(lambda: bool(r.answered_by), 5)
+        r.carrier.callee_hangs_up(r.carrier.calls[0])
+        await asyncio.wait_for(call.ended(), 5)
+    assert [(e.answered_by, e.source) for e in r.answered_by] == [("machine", "provider")]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("answer", ["busy", "no-answer"])
 async def test_busy_and_unanswered_calls_end_with_their_status(provider: str, answer: str) -> None:
     async with rig(provider, CallOutcome(answer)) as r:  # type: ignore[arg-type]

@@ -19,7 +19,8 @@ caller's ``parameters`` in ``conn.call.parameters``.
 Status callbacks (authenticated by the service) move ``status`` forward only
 (``carriers.base.STATUS_ORDER``): a duplicate or a late one changes nothing. Who answered
 (the provider's answering-machine detection) becomes ``answered_by`` and, once the call's
-session exists, ``session.push_answered_by(..., source="provider")``.
+session is running, ``session.push_answered_by(..., source="provider")``: an answer known
+before the session started waits for it (``Connection.when_ready``).
 
 Bounded: a call still unanswered ``ring_timeout + answer_margin`` seconds after it was
 placed is hung up and ends as ``no-answer``; an answered call whose stream never comes is
@@ -246,21 +247,23 @@ class OutboundCall:
             params = {**conn.call.parameters, **self.parameters}
             params.pop(TOKEN_PARAMETER, None)
             conn.call = dataclasses.replace(conn.call, parameters=params)
-        conn.session_observers.append(self._session_started)
+        conn.session_observers.append(self._session_attached)
 
-    def _session_started(self, session: Any) -> None:
+    def _session_attached(self, session: Any) -> None:
         for event in self.events:
             logger.info("call %s: %s", self.key, event.status or f"answered by {event.answered_by}")
         if self.answered_by is not None:
             self._tell_session(self.answered_by, self.beep, self._answered_detail)
 
     def _tell_session(self, kind: AnsweredKind, beep: bool, detail: str) -> None:
-        session = self.connection.session if self.connection is not None else None
-        if session is not None:
-            try:
-                session.push_answered_by(kind, source="provider", beep=beep, detail=detail)
-            except Exception:  # a closing session must not fail the provider's callback
-                logger.exception("call %s: could not tell the session who answered", self.key)
+        conn = self.connection
+        if conn is None or conn.session is None:
+            return  # ``_session_attached`` tells it
+
+        def tell(session: Any) -> None:
+            session.push_answered_by(kind, source="provider", beep=beep, detail=detail)
+
+        conn.when_ready(tell)  # a session not yet started cannot take the event
 
     def agent_done(self) -> None:
         """The entry point returned: hang up what is left of the call."""
