@@ -12,11 +12,15 @@ from hypothesis import settings
 import rejoinder as rj
 from rejoinder.testing import MemoryTextOutput, ScriptedLLM, StateTimeline
 
+from ._virtual_time import NOOP_CYCLES
+
 # `make test` (so CI) runs under this profile: every randomized test draws the same
 # examples on every run, so a red run is a failure anyone can reproduce, never a new draw
 # turning up on the day. Plain `pytest` draws new examples each run, and `make stress`
 # (REJOINDER_STRESS_SEED) explores further: that is where new failures are meant to show.
-settings.register_profile("ci", derandomize=True, database=None)
+# No deadline either: on a loaded 2-core runner one example can take 300 ms for no fault
+# of its own, and a deadline then fails the run ("Unreliable test timings").
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 
 
 @dataclass
@@ -163,3 +167,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(DurationsRecorder(), "rejoinder-durations")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(Scheduling(), "rejoinder-scheduling")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    # No idle cycles before virtual time jumps (tests/_virtual_time.py says why). The mark
+    # is the session's, so a module's or a test's own looptime mark overrides it.
+    session.add_marker(pytest.mark.looptime(noop_cycles=NOOP_CYCLES))

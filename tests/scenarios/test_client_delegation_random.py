@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import looptime
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ import rejoinder as rj
 from rejoinder.providers.openai import GPTLive
 from rejoinder.testing import Delay, Fail, GPTLiveServer, ScriptedLLM, advance
 
+from .._virtual_time import virtual_loop
 from .realtime_rig import start_rig
 
 steps = st.lists(
@@ -49,7 +49,7 @@ steps = st.lists(
 @example(ops=[("mute", True), ("delegate", 1.0, False), ("drop",), ("mute", False)])
 @given(ops=steps)
 def test_client_delegations_keep_every_promise(ops: list[tuple[Any, ...]]) -> None:
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         loop.run_until_complete(asyncio.wait_for(scenario(ops), 3600))
     finally:

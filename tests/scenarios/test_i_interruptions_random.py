@@ -22,7 +22,6 @@ import asyncio
 import os
 from typing import Any
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -41,6 +40,7 @@ from rejoinder.testing import (
     speech_frame,
 )
 
+from .._virtual_time import virtual_loop
 from ._batch_stt import BatchSTT
 
 REPLY = "This is a long answer that goes on and on for quite a while, and then some more."
@@ -169,7 +169,7 @@ def test_speech_over_the_agent_is_judged_by_the_rule(
         await session.aclose()
         assert session._turn_state.owed() == []  # type: ignore[union-attr]
 
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         loop.run_until_complete(asyncio.wait_for(scenario(), 600))
     finally:

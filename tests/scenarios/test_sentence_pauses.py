@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -33,6 +32,8 @@ from rejoinder.testing import (
     advance,
     now,
 )
+
+from .._virtual_time import virtual_loop
 
 NOTICE = "Please hold on while I read you an important notice."
 REST = "The office is closed on Monday."
@@ -221,7 +222,7 @@ async def speak(script: list[str | Delay]) -> tuple[list[str], str, float]:
 
 
 def run_on_virtual_time(script: list[str | Delay]) -> tuple[list[str], str, float]:
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         return loop.run_until_complete(asyncio.wait_for(speak(script), 3600))
     finally:

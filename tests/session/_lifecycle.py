@@ -34,13 +34,13 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, assume, seed, settings
 
 import rejoinder as rj
 from rejoinder.floor import KINDS, ObligationKind
 
+from .._virtual_time import virtual_loop
 from ._voice import PauseWatch
 
 HANDOFF_WATCHDOG = KINDS[ObligationKind.HANDOFF].watchdog
@@ -213,10 +213,7 @@ def _run_loop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     # FULL_COLLECTION_EVERY sequences takes what was promoted first.
     gc.collect(2 if Progress.count % FULL_COLLECTION_EVERY == 0 else 1)
     gc.freeze()  # what exists now is not this sequence's: the collection below skips it
-    # looptime idles 42 loop cycles before each jump of the clock, so that a socket or
-    # a thread can still add work at that instant; a sequence has neither, so the cycles
-    # only cost time (40% of the switch test's).
-    loop = looptime.new_event_loop(start=0, noop_cycles=0)
+    loop = virtual_loop()
     problems: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: problems.append(context))
     try:

@@ -18,7 +18,6 @@ import asyncio
 import itertools
 from dataclasses import dataclass, field
 
-import looptime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,8 @@ from rejoinder.models.realtime import (
 from rejoinder.session.events import EventEmitter
 from rejoinder.session.realtime.provider_obligations import ProviderObligations
 from rejoinder.session.turn_state import TurnState
+
+from .._virtual_time import virtual_loop
 
 ANSWER_TIMEOUT = 2.0
 DELEGATIONS = ["d1", "d2"]
@@ -201,7 +202,7 @@ async def run(steps: list[tuple[object, ...]]) -> None:
 )
 @given(steps=st.lists(step, max_size=25))
 def test_provider_facts_in_any_order_report_what_is_owed(steps: list[tuple[object, ...]]) -> None:
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         loop.run_until_complete(run(steps))
     finally:

@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -35,6 +34,8 @@ from rejoinder.testing import (
     speech_frame,
 )
 from rejoinder.testing.scripted_turn import ScriptedTurnDetector
+
+from .._virtual_time import virtual_loop
 
 SILENCE = 0.2  # the VAD's min_silence: a short one, as a turn detector allows
 AGENT_STATES = ["initializing", "listening", "thinking", "speaking", "listening"]
@@ -348,7 +349,7 @@ def test_the_turn_ends_only_when_a_verdict_or_the_timeout_says_so(
             assert committed == [pytest.approx(x, abs=1e-6) for x in expected]
             assert not c.errors
 
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         loop.run_until_complete(asyncio.wait_for(scenario(), 600))
     finally:

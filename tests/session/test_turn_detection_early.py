@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,7 @@ import rejoinder as rj
 from rejoinder.testing import ScriptedSTT
 from rejoinder.testing.scripted_turn import ScriptedTurnDetector
 
+from .._virtual_time import virtual_loop
 from .test_early_recognition import faded_frame
 from .test_turn_detection import ENDINGS, SILENCE, WAIT, Call, TextEnd
 
@@ -205,7 +205,7 @@ def test_early_verdicts_end_turns_only_on_audio_that_was_the_end(
             assert committed == [pytest.approx(x, abs=1e-6) for x in expected]
             assert not c.errors
 
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         loop.run_until_complete(asyncio.wait_for(scenario(), 600))
     finally:

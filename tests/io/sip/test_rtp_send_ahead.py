@@ -18,7 +18,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import looptime
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +26,8 @@ from hypothesis import strategies as st
 from rejoinder.io.sip.media import SipMediaOptions
 from rejoinder.io.sip.rtp_playback import CATCH_UP, SEND_AHEAD, RtpPlayback
 from rejoinder.models.audio import AudioFrame, PlaybackFinished
+
+from ..._virtual_time import virtual_loop
 
 RATE = 8000
 DELAY = 0.15
@@ -390,7 +391,7 @@ def test_at_random_heard_never_leads_the_far_end_and_nothing_goes_too_early(
         await asyncio.sleep(3)
         return line, clear
 
-    loop = looptime.new_event_loop(start=0)
+    loop = virtual_loop()
     try:
         line, clear = loop.run_until_complete(asyncio.wait_for(scenario(), 600))
     finally:
