@@ -1,12 +1,12 @@
-"""Event loops on virtual time (looptime) for the tests that run their own: the
-randomized ones, which start a fresh loop for each hypothesis example.
+"""Virtual time (looptime) without idle cycles, for every test on it: the randomized
+tests that start a loop of their own for each hypothesis example (``virtual_loop``), and,
+through tests/conftest.py, the tests on pytest's loops (``NOOP_CYCLES``).
 
 looptime idles ``noop_cycles`` loop cycles (42 by default) before each jump of its
 clock, so that a socket or a thread it cannot see may still add work at that instant.
-These tests have neither, and one that paces audio jumps every 20 ms: the idle cycles
-were most of its CPU. The tests on pytest's own loops keep the default: some run real
-sockets on virtual time, and the idle cycles let the bytes arrive before the clock
-jumps (without them, three such tests fail).
+Our virtual-time tests do not need them (their threads run through ``run_in_executor``,
+which looptime waits for in real time; tests with real sockets run on real time), and a
+test that paces audio jumps every 20 ms: the idle cycles were most of its CPU.
 """
 
 from __future__ import annotations
