@@ -4,8 +4,9 @@ through tests/conftest.py, the tests on pytest's loops (``NOOP_CYCLES``).
 
 looptime idles ``noop_cycles`` loop cycles (42 by default) before each jump of its
 clock, so that a socket or a thread it cannot see may still add work at that instant.
-Our virtual-time tests do not need them (their threads run through ``run_in_executor``,
-which looptime waits for in real time; tests with real sockets run on real time), and a
+Our virtual-time tests do not need them: their loopback servers run in the same loop (a
+write is ready at the next poll), their threads run through ``run_in_executor`` (which
+looptime waits for in real time), and tests with other processes run on real time. A
 test that paces audio jumps every 20 ms: the idle cycles were most of its CPU.
 """
 
