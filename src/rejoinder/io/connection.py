@@ -125,14 +125,13 @@ class Connection(CallTransfers):
         the session over waits for it, as the first one does."""
         self.resumes = 0
         """Connections that took this session over."""
-        self._keys: list[str] = []
         self._controls: list[tuple[str, Callable[[AgentSession[Any]], object]]] = []
         """``text``, ``mute`` and ``interrupt`` sent before the agent was ready: applied, in
         order, then (``ready`` comes while the agent starts, and a client that re-sends its
         mute at each ``ready`` must not be refused)."""
         self._server_waiting: list[Callable[[AgentSession[Any]], object]] = []
-        """What the server side learned about this session before it was ready
-        (``when_ready``)."""
+        """What the server side learned before the session was ready (``when_ready``):
+        keys the caller pressed, who answered the call."""
         self.session_observers: list[Callable[[AgentSession[Any]], None]] = []
         """Called with the session as ``serve`` takes it, before it starts (the server's
         metrics subscribe to its events here); to act on it, use ``when_ready``."""
@@ -213,14 +212,14 @@ class Connection(CallTransfers):
     def keypad(self, digits: str) -> None:
         """Keys the caller pressed (DTMF). Keys pressed before the session listens wait
         for it, so none is lost."""
-        session = self.session
-        if session is None or not self._ready:
-            self._keys.append(digits)
-            return
-        try:
-            session.push_dtmf(digits)
-        except (RuntimeError, ValueError) as exc:  # closing, or a transport bug
-            logger.info("dtmf %r dropped: %s", digits, exc)
+
+        def push(session: AgentSession[Any]) -> None:
+            try:
+                session.push_dtmf(digits)
+            except (RuntimeError, ValueError) as exc:  # closing, or a transport bug
+                logger.info("dtmf %r dropped: %s", digits, exc)
+
+        self.when_ready(push)
 
     def client_left(self, reason: str = "client left") -> None:
         """The client is gone: the microphone ends, open playback ends where the last
@@ -399,15 +398,12 @@ class Connection(CallTransfers):
             link = self._link
             if link is not None:
                 self._start_feed(session, link.wants_timeline)
-            keys, self._keys = self._keys, []
-            for digits in keys:
-                self.keypad(digits)
+            waiting, self._server_waiting = self._server_waiting, []
+            for act in waiting:  # keys pressed, who answered: in the order they came
+                self.when_ready(act)
             controls, self._controls = self._controls, []
             for what, act in controls:
                 self._when_ready(what, act)
-            waiting, self._server_waiting = self._server_waiting, []
-            for act in waiting:
-                self.when_ready(act)
             left = asyncio.ensure_future(self._left.wait())
             ended = asyncio.ensure_future(closed.wait())
             try:
