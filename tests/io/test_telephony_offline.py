@@ -53,7 +53,9 @@ async def test_a_phone_call_to_the_demo_agent(tmp_path: Path) -> None:
     demo = loaded.entrypoint
     # as rejoinder dev/serve do before taking calls: the shared Whisper and Piper load
     await asyncio.wait_for(loaded.run_prewarm(), LOAD_TIMEOUT)
-    tts, listener = PiperTTS(first_clause=False), WhisperSTT()  # the caller: whole sentences
+    # the caller: whole sentences, the same audio every run
+    tts = PiperTTS(first_clause=False, noise_scale=0.0, noise_w_scale=0.0)
+    listener = WhisperSTT()
     await asyncio.wait_for(asyncio.gather(tts.load(), listener.load()), LOAD_TIMEOUT)
     question = np.concatenate([f.data async for f in tts.synthesize(ASK)])  # type: ignore[misc]
     wav = tmp_path / "question.wav"  # the caller's line plays a recording, as a test would
